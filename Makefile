@@ -1,0 +1,51 @@
+# One entry point for everything. Run `make help` for the list.
+SHELL := /bin/bash
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+PY := $(BIN)/python
+SCALE ?= cpu
+export PATH := $(CURDIR)/$(BIN):$(PATH)
+export PYTHONHASHSEED := 0
+export MPLBACKEND := Agg
+
+.PHONY: help install book chapters runs reproduce test test-lib test-chapters test-runs bench clean
+
+help:  ## list the targets
+	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed -E 's/:.*## /\t/'
+
+$(VENV)/.installed: requirements.txt requirements.lock pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet -r requirements.txt -c requirements.lock
+	$(PY) -m pip install --quiet --no-deps -e .
+	$(PY) -m ipykernel install --sys-prefix --name python3 --display-name "Python 3 (manifold-muon)" >/dev/null
+	touch $@
+
+install: $(VENV)/.installed  ## create .venv with the pinned dependencies and lib in editable mode
+
+runs: install  ## execute the run notebooks whose outputs are missing or stale (SCALE=cpu)
+	$(PY) -m manifold_muon.pipeline runs --scale $(SCALE)
+
+chapters: install  ## sync .md -> .ipynb and execute the chapters that are stale
+	$(PY) -m manifold_muon.pipeline chapters
+
+book: runs chapters  ## build the HTML book offline (warnings are errors)
+	$(BIN)/jupyter-book build . --warningiserror --keep-going --quiet
+	@echo "Open the book: file://$(CURDIR)/_build/html/index.html"
+
+reproduce: install  ## re-execute every run notebook at SCALE (default cpu), then build the book
+	$(PY) -m manifold_muon.pipeline runs --scale $(SCALE) --force
+	$(MAKE) book SCALE=$(SCALE)
+
+test: install  ## lib tests, nbval on the chapters, every run notebook at its smoke preset
+	$(PY) -m pytest tests
+	$(PY) -m pytest --nbval chapters --nbval-sanitize-with chapters/nbval_sanitize.cfg -p no:cacheprovider
+	$(PY) -m manifold_muon.pipeline smoke
+
+bench: install  ## micro-benchmarks, written under runs/bench/
+	$(PY) -m manifold_muon.bench
+
+clean:  ## remove the build, caches and the virtual environment
+	rm -rf _build .pytest_cache .hypothesis runs/_smoke $(VENV)
+	find . -name __pycache__ -prune -exec rm -rf {} +

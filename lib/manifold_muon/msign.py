@@ -1,0 +1,161 @@
+"""The matrix sign: msign(G) = U V^T for G = U diag(s) V^T.
+
+Three ways to compute it, all batched over leading dimensions:
+
+* ``svd``            exact (up to float rounding); the reference. Directions with
+                     zero singular value map to zero, as sign(0) = 0.
+* ``newton_schulz``  Jordan's quintic iteration X <- a X + b (X X^T) X + c (X X^T)^2 X
+                     with (a, b, c) = (3.4445, -4.7750, 2.0315), the same polynomial
+                     at every step. It does not converge to 1: it drives singular
+                     values into a band around 1 quickly, which is all Muon needs.
+* ``polar_express``  a different odd quintic at every step, each the minimax
+                     (equioscillating) approximation of 1 on the interval the
+                     previous step left (Amsel et al., "The Polar Express", 2025).
+                     The coefficients are computed here by the Remez exchange
+                     algorithm, not copied from a table.
+
+The iterative methods run in ``dtype`` (float32 or bfloat16) and return that dtype.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+
+import numpy as np
+import torch
+
+__all__ = [
+    "JORDAN_COEFFS",
+    "METHODS",
+    "msign",
+    "msign_svd",
+    "msign_newton_schulz",
+    "msign_polar_express",
+    "polar_express_coefficients",
+    "quintic",
+    "singular_value_error",
+]
+
+JORDAN_COEFFS = (3.4445, -4.7750, 2.0315)
+METHODS = ("svd", "newton_schulz", "polar_express")
+
+
+def quintic(x, a: float, b: float, c: float):
+    """The odd quintic p(x) = a x + b x^3 + c x^5 that one iteration applies to each singular value."""
+    return a * x + b * x**3 + c * x**5
+
+
+def _check_matrix(G: torch.Tensor) -> None:
+    if not isinstance(G, torch.Tensor):
+        raise TypeError(f"msign takes a torch.Tensor, got {type(G).__name__}")
+    if G.ndim < 2:
+        raise ValueError(
+            f"msign needs a matrix or a batch of matrices (ndim >= 2), got shape {tuple(G.shape)}; "
+            "reshape a vector to (n, 1) if you mean a one-column matrix"
+        )
+
+
+def msign_svd(G: torch.Tensor, rtol: float | None = None) -> torch.Tensor:
+    """Exact msign by SVD in float64 (the reference). Singular values below rtol * s_max map to 0."""
+    _check_matrix(G)
+    X = G.to(torch.float64)
+    U, s, Vh = torch.linalg.svd(X, full_matrices=False)
+    if rtol is None:
+        rtol = max(X.shape[-2:]) * torch.finfo(torch.float64).eps
+    keep = s > rtol * s.amax(dim=-1, keepdim=True).clamp_min(torch.finfo(torch.float64).tiny)
+    return ((U * keep.unsqueeze(-2).to(U.dtype)) @ Vh).to(G.dtype)
+
+
+def _iterate(G: torch.Tensor, coeffs, dtype: torch.dtype, eps: float, scale: float) -> torch.Tensor:
+    _check_matrix(G)
+    X = G.to(dtype)
+    wide = X.size(-2) > X.size(-1)
+    if wide:  # work with the short side so that X X^T is the small Gram matrix
+        X = X.mT
+    X = X / (X.norm(dim=(-2, -1), keepdim=True) * scale + eps)
+    for a, b, c in coeffs:
+        A = X @ X.mT
+        B = b * A + c * (A @ A)
+        X = a * X + B @ X
+    return X.mT if wide else X
+
+
+def msign_newton_schulz(
+    G: torch.Tensor, steps: int = 5, dtype: torch.dtype | None = None, eps: float = 1e-7
+) -> torch.Tensor:
+    """Jordan's quintic Newton-Schulz iteration for ``steps`` steps (Frobenius-normalised start)."""
+    if steps < 1:
+        raise ValueError(f"steps must be >= 1, got {steps}")
+    return _iterate(G, [JORDAN_COEFFS] * steps, dtype or G.dtype, eps, 1.0)
+
+
+def _remez_odd_quintic(lo: float, hi: float, tol: float = 1e-15, max_iter: int = 100):
+    """Minimax odd quintic p with max_{x in [lo, hi]} |1 - p(x)| smallest; returns (a, b, c, E)."""
+    if hi <= 0 or not 0 <= lo <= hi:
+        raise ValueError(f"need 0 <= lo <= hi, hi > 0; got lo={lo}, hi={hi}")
+    if lo / hi >= 1 - 5e-6:  # interval is a point: the limit polynomial has p(hi)=1, p'(hi)=p''(hi)=0
+        return 15 / 8 / hi, -10 / 8 / hi**3, 3 / 8 / hi**5, 0.0
+    q, r = (3 * lo + hi) / 4, (lo + 3 * hi) / 4  # interior alternation points, refined below
+    E_old = math.inf
+    for _ in range(max_iter):
+        pts = np.array([lo, q, r, hi])
+        signs = np.array([1.0, -1.0, 1.0, -1.0])  # p(x_i) = 1 - s_i E
+        M = np.stack([pts, pts**3, pts**5, signs], axis=1)
+        a, b, c, E = np.linalg.solve(M, np.ones(4))
+        disc = 9 * b * b - 20 * a * c  # p'(x) = a + 3 b x^2 + 5 c x^4 = 0
+        if disc < 0 or c == 0:
+            break
+        roots = sorted(
+            math.sqrt(t) for t in ((-3 * b - math.sqrt(disc)) / (10 * c), (-3 * b + math.sqrt(disc)) / (10 * c)) if t > 0
+        )
+        if len(roots) != 2:
+            break
+        q, r = roots
+        if abs(E_old - E) <= tol:
+            break
+        E_old = E
+    return float(a), float(b), float(c), float(abs(E))
+
+
+@functools.lru_cache(maxsize=None)
+def polar_express_coefficients(steps: int = 5, l0: float = 1e-3, safety: float = 1.01):
+    """Per-step (a, b, c) of the Polar Express: greedy minimax quintics on a shrinking interval.
+
+    Singular values start in [l0, 1] after Frobenius normalisation (any tiny ones are below l0
+    and converge more slowly). Each step is optimal for the interval the previous one left.
+    ``safety`` shrinks each polynomial's input by that factor so that float rounding that pushes a
+    value slightly above the interval does not blow up (p is only optimal inside it).
+    """
+    if steps < 1:
+        raise ValueError(f"steps must be >= 1, got {steps}")
+    lo, hi, coeffs = l0, 1.0, []
+    for _ in range(steps):
+        a, b, c, E = _remez_odd_quintic(lo, hi)
+        coeffs.append((a / safety, b / safety**3, c / safety**5))
+        lo, hi = 1 - E, 1 + E
+    return tuple(coeffs)
+
+
+def msign_polar_express(
+    G: torch.Tensor, steps: int = 5, dtype: torch.dtype | None = None, eps: float = 1e-7, l0: float = 1e-3
+) -> torch.Tensor:
+    """Polar Express msign: ``steps`` minimax quintics, each tuned to where the last one left off."""
+    return _iterate(G, polar_express_coefficients(steps, l0), dtype or G.dtype, eps, 1.01)
+
+
+def msign(G: torch.Tensor, method: str = "newton_schulz", steps: int = 5, dtype: torch.dtype | None = None) -> torch.Tensor:
+    """msign(G) by ``method`` in METHODS; ``steps`` and ``dtype`` apply to the iterative methods."""
+    if method == "svd":
+        return msign_svd(G)
+    if method == "newton_schulz":
+        return msign_newton_schulz(G, steps=steps, dtype=dtype)
+    if method == "polar_express":
+        return msign_polar_express(G, steps=steps, dtype=dtype)
+    raise ValueError(f"unknown msign method {method!r}; choose one of {', '.join(METHODS)}")
+
+
+def singular_value_error(O: torch.Tensor) -> torch.Tensor:
+    """max_i |sigma_i(O) - 1| per matrix (float64), the distance of O's spectrum from an orthogonal one."""
+    s = torch.linalg.svdvals(O.to(torch.float64))
+    return (s - 1).abs().amax(dim=-1)
