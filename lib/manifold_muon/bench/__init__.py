@@ -1,0 +1,5 @@
+"""Micro-benchmarks. Each module has ``main(out_dir: Path, quick: bool) -> dict`` and writes
+``out_dir/<module>.json`` (with provenance). A benchmark measures and reports; it asserts nothing
+about speed. Speed is always a ratio to a baseline measured in the same run."""
+
+BENCHMARKS = ("msign", "inner_solvers", "retractions", "optimizer_step", "training")
