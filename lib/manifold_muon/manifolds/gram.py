@@ -1,0 +1,245 @@
+"""Keigwin's Gram-space manifolds: P(W^T W - C) = 0 for a tall W (m >= n).
+
+P is a self-adjoint projector on symmetric n x n matrices and C a target:
+
+* ``Stiefel``  P = Id,   C = I : orthonormal columns, every singular value 1
+* ``DGram``    P = Off,  C = 0 : orthogonal columns of free norm
+* ``Oblique``  P = Diag, C = I : unit-norm columns, free angles
+
+A wide W (m < n) is handled by the transposition rule: the constraint is put on W^T, i.e. on the
+rows. Every method transposes a wide input on the way in and back on the way out.
+
+Tangent space at W: {A : P(W^T A + A^T W) = 0}. Its orthogonal complement is {W Lambda : Lambda
+symmetric, Lambda = P(Lambda)}, so the orthogonal projection is G - W Lambda with Lambda solving
+
+    P(M Lambda + Lambda M) = P(W^T G + G^T W),   M = W^T W,   Lambda = P(Lambda).     (*)
+
+``gram_multiplier`` solves (*) as Lambda_ij = P(S)_ij / (M_ii + M_jj). This is exact whenever the
+P-part of M Lambda + Lambda M only sees diag(M), which holds at every point of all three manifolds:
+Stiefel (M = I), DGram (M diagonal), Oblique (P = Diag, and (M Lambda)_ii = M_ii Lambda_ii for a
+diagonal Lambda whatever M is). Off the manifold (e.g. after bf16 rounding) it is a first-order
+approximation. The same solve is the least-squares step of ADMM (see ``optim/inner_solvers.py``).
+"""
+
+from __future__ import annotations
+
+import torch
+
+from ..msign import msign
+from .base import Manifold, check_matrix, register
+
+__all__ = ["GramManifold", "Stiefel", "DGram", "Oblique", "gram_multiplier", "polar", "sym", "off", "diag_part"]
+
+
+def sym(S: torch.Tensor) -> torch.Tensor:
+    return 0.5 * (S + S.mT)
+
+
+def diag_part(S: torch.Tensor) -> torch.Tensor:
+    """Diag: keep the diagonal, zero the rest."""
+    return torch.diag_embed(torch.diagonal(S, dim1=-2, dim2=-1))
+
+
+def off(S: torch.Tensor) -> torch.Tensor:
+    """Off: zero the diagonal."""
+    return S - diag_part(S)
+
+
+def gram_multiplier(W: torch.Tensor, S: torch.Tensor, P) -> torch.Tensor:
+    """Lambda = P(Lambda) solving P(M Lambda + Lambda M) = P(S), M = W^T W, for tall W (see module doc).
+
+    Exact on Stiefel, DGram and Oblique points; a pair of zero columns (M_ii + M_jj = 0) gets Lambda_ij = 0.
+    """
+    d = (W * W).sum(dim=-2)  # diag(W^T W), the squared column norms
+    den = d.unsqueeze(-1) + d.unsqueeze(-2)
+    return P(torch.where(den > 0, P(S) / torch.where(den > 0, den, 1), 0))
+
+
+def polar(X: torch.Tensor, method: str = "polar_express", steps: int = 8) -> torch.Tensor:
+    """The orthonormal polar factor Q of a tall X (Q^T Q = I), also when X is rank-deficient.
+
+    Iterative methods are followed by one cubic Newton-Schulz step Q <- Q (3 I - Q^T Q) / 2, which
+    squares the remaining singular-value error (so ~1e-6 after Polar Express becomes ~1e-12). A
+    matrix the iteration leaves off the manifold (rank-deficient X: its zero singular values stay
+    zero) is recomputed by an SVD that keeps every singular direction, so Q^T Q = I always.
+    """
+    if method == "svd":
+        U, _, Vh = torch.linalg.svd(X, full_matrices=False)
+        return U @ Vh
+    eye = torch.eye(X.size(-1), dtype=X.dtype, device=X.device)
+    Q = msign(X, method=method, steps=steps, dtype=X.dtype)
+    Q = Q @ (1.5 * eye - 0.5 * (Q.mT @ Q))
+    bad = (Q.mT @ Q - eye).abs().amax(dim=(-2, -1)) > 1e-2
+    if bad.any():
+        Q, Xb, bad = Q.reshape(-1, *Q.shape[-2:]).clone(), X.reshape(-1, *X.shape[-2:]), bad.reshape(-1)
+        U, _, Vh = torch.linalg.svd(Xb[bad], full_matrices=False)
+        Q[bad] = U @ Vh
+        Q = Q.reshape(X.shape)
+    return Q
+
+
+def _tall(returns_matrix: bool):
+    """Decorator: call the method on the tall orientation of its matrix arguments (the transposition
+    rule) and, if it returns a matrix, transpose that back."""
+
+    def decorate(fn):
+        def wrapper(self, *mats):
+            for M in mats:
+                check_matrix(M, f"{type(self).__name__}.{fn.__name__}")
+                if M.shape != mats[0].shape:
+                    raise ValueError(f"{fn.__name__}: shapes differ, {tuple(mats[0].shape)} vs {tuple(M.shape)}")
+            wide = mats[0].size(-2) < mats[0].size(-1)
+            out = fn(self, *[M.mT if wide else M for M in mats])
+            return out.mT if (wide and returns_matrix) else out
+
+        wrapper.__name__, wrapper.__doc__ = fn.__name__, fn.__doc__
+        return wrapper
+
+    return decorate
+
+
+def _compute_dtype(W: torch.Tensor) -> torch.dtype:
+    return torch.float64 if W.dtype == torch.float64 else torch.float32
+
+
+class GramManifold(Manifold):
+    """P(W^T W - C) = 0. Subclasses give ``gram_projector`` (P), ``target`` (C) and ``_retract_tall``.
+
+    ``residual`` is ||P(W^T W - C)||_F and ``tangent_residual`` is ||P(W^T A + A^T W)||_F per matrix,
+    both computed in float64 on the tall orientation.
+    Work is done in float32 (float64 inputs stay float64) and returned in the input dtype.
+    """
+
+    def __init__(self, msign_method: str = "polar_express", msign_steps: int = 8):
+        if msign_method not in ("svd", "newton_schulz", "polar_express"):
+            raise ValueError(f"unknown msign_method {msign_method!r}; choose svd, newton_schulz or polar_express")
+        self.msign_method, self.msign_steps = msign_method, msign_steps
+
+    def gram_projector(self, S: torch.Tensor) -> torch.Tensor:
+        raise NotImplementedError
+
+    def target(self, n: int, dtype=torch.float32, device=None) -> torch.Tensor:
+        raise NotImplementedError
+
+    def _retract_tall(self, X: torch.Tensor) -> torch.Tensor:
+        raise NotImplementedError
+
+    @_tall(returns_matrix=False)
+    def residual(self, W):
+        W = W.to(torch.float64)
+        R = self.gram_projector(W.mT @ W - self.target(W.size(-1), torch.float64, W.device))
+        return torch.linalg.matrix_norm(R)
+
+    @_tall(returns_matrix=False)
+    def tangent_residual(self, W, A):
+        W, A = W.to(torch.float64), A.to(torch.float64)
+        return torch.linalg.matrix_norm(self.gram_projector(W.mT @ A + A.mT @ W))
+
+    @_tall(returns_matrix=True)
+    def project(self, W, G):
+        dt = _compute_dtype(W)
+        W, G = W.to(dt), G.to(dt)
+        Lambda = gram_multiplier(W, W.mT @ G + G.mT @ W, self.gram_projector)
+        return G - W @ Lambda
+
+    @_tall(returns_matrix=True)
+    def retract(self, X):
+        return self._retract_tall(X.to(_compute_dtype(X))).to(X.dtype)
+
+    def random_point(self, shape, generator=None, dtype=torch.float32):
+        *batch, m, n = shape
+        big, small = max(m, n), min(m, n)
+        Z = torch.randn(*batch, big, small, generator=generator, dtype=torch.float64)
+        W = self._random_tall(Z, generator)
+        return (W.mT if m < n else W).to(dtype).contiguous()
+
+    def _random_tall(self, Z, generator):
+        return polar(Z, "svd")
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}(msign_method={self.msign_method!r}, msign_steps={self.msign_steps})"
+
+
+@register
+class Stiefel(GramManifold):
+    """W^T W = I. Retraction: the polar factor msign(X) (``msign_method``: svd / polar_express / newton_schulz)."""
+
+    name = "stiefel"
+
+    def gram_projector(self, S):
+        return S
+
+    def target(self, n, dtype=torch.float32, device=None):
+        return torch.eye(n, dtype=dtype, device=device)
+
+    def _retract_tall(self, X):
+        return polar(X, self.msign_method, self.msign_steps)
+
+
+@register
+class DGram(GramManifold):
+    """off(W^T W) = 0: orthogonal columns, free norms.
+
+    Two retractions, chosen by ``retraction``:
+
+    * ``"msign"`` (default): Q = msign(X), then W = Q diag(diag(Q^T X)): each column of Q scaled by
+      the least-squares fit of X's column onto it. One msign. It is the identity on the manifold
+      (X = Q0 D with Q0 orthonormal, D > 0 diagonal gives msign(X) = Q0, diag(Q0^T X) = D) and a
+      first-order retraction: for a tangent A, d/dt R(W + tA) at 0 equals A (derived in the book).
+    * ``"svd_post"``: the post's W -> U V^T diag(Sigma) for X = U Sigma V^T. It lands on the manifold
+      (orthonormal columns of U V^T, each scaled), but it pairs column j with the j-th LARGEST
+      singular value, so it permutes the column norms of a point already on the manifold unless they
+      are sorted in decreasing order: it is not the identity there, hence not a retraction.
+      Kept so that the claim can be checked (tests/test_gram_manifolds.py).
+    """
+
+    name = "dgram"
+
+    def __init__(self, retraction: str = "msign", msign_method: str = "polar_express", msign_steps: int = 8):
+        super().__init__(msign_method, msign_steps)
+        if retraction not in ("msign", "svd_post"):
+            raise ValueError(f"unknown DGram retraction {retraction!r}; choose 'msign' (default) or 'svd_post'")
+        self.retraction = retraction
+
+    def gram_projector(self, S):
+        return off(S)
+
+    def target(self, n, dtype=torch.float32, device=None):
+        return torch.zeros(n, n, dtype=dtype, device=device)
+
+    def _retract_tall(self, X):
+        if self.retraction == "svd_post":
+            U, s, Vh = torch.linalg.svd(X, full_matrices=False)
+            return (U @ Vh) * s.unsqueeze(-2)
+        Q = polar(X, self.msign_method, self.msign_steps)
+        return Q * (Q * X).sum(dim=-2, keepdim=True)
+
+    def _random_tall(self, Z, generator):
+        scales = 0.5 + 1.5 * torch.rand(*Z.shape[:-2], 1, Z.size(-1), generator=generator, dtype=Z.dtype)
+        return polar(Z, "svd") * scales
+
+    def __repr__(self) -> str:
+        return f"DGram(retraction={self.retraction!r}, msign_method={self.msign_method!r}, msign_steps={self.msign_steps})"
+
+
+@register
+class Oblique(GramManifold):
+    """diag(W^T W) = 1: unit-norm columns. Retraction: divide each column by its norm
+    (a zero column, which has no direction, becomes the first basis vector e_1)."""
+
+    name = "oblique"
+
+    def gram_projector(self, S):
+        return diag_part(S)
+
+    def target(self, n, dtype=torch.float32, device=None):
+        return torch.eye(n, dtype=dtype, device=device)
+
+    def _retract_tall(self, X):
+        norms = X.norm(dim=-2, keepdim=True)
+        e1 = torch.zeros_like(X)
+        e1[..., 0, :] = 1
+        return torch.where(norms > 0, X / torch.where(norms > 0, norms, 1), e1)
+
+    def _random_tall(self, Z, generator):
+        return Z / Z.norm(dim=-2, keepdim=True)
