@@ -209,7 +209,7 @@ def test_batched_equals_separate_and_groups_hold_different_manifolds():
     assert float(get_manifold("frobenius_sphere").residual(b.detach())) < 1e-5
 
 
-@pytest.mark.filterwarnings("ignore:Detected call of `lr_scheduler.step()`")
+@pytest.mark.filterwarnings("ignore:Detected call of")
 @pytest.mark.parametrize("cls", [MACRO, MuonH, SSO, FSO])
 def test_state_dict_round_trip_and_scheduler(cls):
     def make():
