@@ -295,3 +295,18 @@ def test_bad_config_is_refused():
     opt = MACRO([p])
     with pytest.raises(ValueError, match="AdamW"):
         opt.add_param_group({"params": [torch.nn.Parameter(torch.randn(3))]})
+
+
+def test_qkv_split_puts_each_block_on_its_own_sphere():
+    p = torch.nn.Parameter(torch.randn(9, 4))
+    for cls in (MACRO, MuonH, SSO):
+        opt = cls([p], lr=0.1, manifold="spectral_sphere", split=3, r=2.0)
+        opt.retract_parameters()
+        p.grad = torch.randn(9, 4)
+        opt.step()
+        blocks = p.detach().view(3, 3, 4)
+        R = get_manifold("spectral_sphere", r=2.0).radius((3, 4))
+        assert torch.allclose(torch.linalg.matrix_norm(blocks, ord=2), torch.full((3,), R), atol=1e-5)
+    assert float(torch.linalg.matrix_norm(p.detach(), ord=2)) > R * 1.01, "the fused matrix is not on one sphere"
+    with pytest.raises(ValueError, match="dividing D_out"):
+        MACRO([torch.nn.Parameter(torch.randn(8, 4))], split=3)

@@ -12,6 +12,8 @@ All four share one step (003, Alg. 1 / Alg. 2 / App. B.2):
     SSO     O = msign(M + lambda* u1 v1^T)           lambda* root of <u1 v1^T, msign(M + lambda u1 v1^T)>
 
 R is the manifold's radius for the matrix's shape (Table 1 / eq. 42 of 003) and ||.||_M its norm.
+``split=k`` treats each (D_out, D_in) weight as k row blocks of shape (D_out/k, D_in), each on its own
+sphere with its own radius: 003's "qkv-split" (after [59]) for GPT-2's fused c_attn is ``split=3``.
 Each param group names its manifold (``manifold``, a registered name, plus ``manifold_kwargs``) so one
 optimizer can hold several; matrices of one shape in a group are stepped as one batch. Work is done in
 float32 for bf16/fp16 weights (cast back after the step; momentum kept in float32), else in the weights'
@@ -73,7 +75,7 @@ class _SphereOptimizer(torch.optim.Optimizer):
     def __init__(self, params, lr: float = 0.01, manifold: str | None = None, manifold_kwargs: dict | None = None,
                  r: float | None = None, beta: float = 0.9, c: float = 1.0, eps: float = 1e-8,
                  weight_decay: float = 0.0, msign_method: str = "newton_schulz", msign_steps: int = 5,
-                 nonfinite: str = "raise", **extra):
+                 nonfinite: str = "raise", split: int = 1, **extra):
         name = type(self).__name__
         if isinstance(lr, torch.Tensor) or not (isinstance(lr, (int, float)) and lr >= 0):
             raise ValueError(f"{name}: lr must be a float >= 0 (003 sweeps 5e-3 to 5e-2), got {lr!r}")
@@ -97,7 +99,7 @@ class _SphereOptimizer(torch.optim.Optimizer):
             kwargs["r"] = r
         defaults = dict(lr=lr, manifold=manifold or self.default_manifold, manifold_kwargs=kwargs, beta=beta, c=c,
                         eps=eps, weight_decay=weight_decay, msign_method=msign_method, msign_steps=msign_steps,
-                        nonfinite=nonfinite, **extra)
+                        nonfinite=nonfinite, split=split, **extra)
         super().__init__(params, defaults)
 
     def _check_group(self, group):
@@ -115,6 +117,10 @@ class _SphereOptimizer(torch.optim.Optimizer):
                                  "give 1-D parameters to AdamW and reshape other tensors to (D_out, D_in)")
             if p.is_complex() or not p.is_floating_point():
                 raise ValueError(f"{name} needs real floating-point parameters, got {p.dtype}")
+            k = group["split"]
+            if not (isinstance(k, int) and k >= 1 and p.shape[0] % k == 0):
+                raise ValueError(f"{name}: split={k!r} must be a positive int dividing D_out={p.shape[0]} "
+                                 "(e.g. 3 for GPT-2's fused c_attn = [W_q; W_k; W_v]); use split=1 for one matrix")
 
     def add_param_group(self, param_group):
         super().add_param_group(param_group)
@@ -124,6 +130,16 @@ class _SphereOptimizer(torch.optim.Optimizer):
     def _manifold(group):
         m = group["manifold"]
         return m if not isinstance(m, str) else get_manifold(m, **group["manifold_kwargs"])
+
+    @torch.no_grad()
+    def retract_parameters(self):
+        """Put every parameter on its group's manifold (call once after initialisation)."""
+        for group in self.param_groups:
+            manifold, k = self._manifold(group), group["split"]
+            for p in group["params"]:
+                blocks = (k, p.shape[0] // k, p.shape[1]) if k > 1 else p.shape
+                W = p.float() if p.dtype in (torch.float16, torch.bfloat16) else p
+                p.copy_(manifold.retract(W.reshape(blocks)).reshape(p.shape).to(p.dtype))
 
     def _sign(self, group):
         method, steps = group["msign_method"], group["msign_steps"]
@@ -163,14 +179,16 @@ class _SphereOptimizer(torch.optim.Optimizer):
             if "momentum_buffer" not in st:
                 st["momentum_buffer"] = torch.zeros_like(p, dtype=dtype)
             st["momentum_buffer"].lerp_(p.grad.to(dtype), 1 - beta)  # M = beta M + (1 - beta) G
-        W = torch.stack([p.to(dtype) for p in ps])
-        M = torch.stack([self.state[p]["momentum_buffer"] for p in ps])
+        k = group["split"]  # k > 1: each matrix is k row blocks, each on its own sphere (a batch dimension)
+        blocks = (k, ps[0].shape[0] // k, ps[0].shape[1]) if k > 1 else ps[0].shape
+        W = torch.stack([p.to(dtype).view(blocks) for p in ps])
+        M = torch.stack([self.state[p]["momentum_buffer"].view(blocks) for p in ps])
         R = manifold.radius(W.shape) if callable(getattr(manifold, "radius", None)) else 1.0
         O = self.direction(manifold, W, M, group, [self.state[p] for p in ps])
         step = c * R * O / (manifold.norm(O) + eps)[..., None, None]
         W = manifold.retract(W * (1 - lr * wd) - lr * step)
         for p, w in zip(ps, W):
-            p.copy_(w.to(p.dtype))
+            p.copy_(w.reshape(p.shape).to(p.dtype))
 
 
 class MACRO(_SphereOptimizer):
@@ -213,7 +231,7 @@ class _Multiplier(_SphereOptimizer):
         Theta = manifold.normal(W)
         lam, O, h = bisect_multiplier(M, Theta, self._sign(group), group["tol"], group["max_iter"])
         for st, l, hh in zip(state, lam, h):  # diagnostics: the multiplier and the constraint left over
-            st["lambda"], st["h"] = float(l), float(hh)
+            st["lambda"], st["h"] = l.tolist(), hh.tolist()
         return O
 
 

@@ -1,0 +1,286 @@
+"""Which optimizer, on which manifold, for each parameter of a model: an *assignment*.
+
+Every parameter has a *role*. Block matrices (``attn_q``, ``attn_k``, ``attn_v``, ``attn_qkv``,
+``attn_o``, ``mlp_up``, ``mlp_gate``, ``mlp_down``) go where the assignment says; everything else
+(``embedding``, ``pos_embedding``, ``head``, ``norm``, ``bias``) goes to AdamW, as in both papers.
+Roles come from ``model.param_roles()`` when the model has it (this package's GPT and Qwen3), else from
+nanoGPT / Qwen3 parameter names (see ``infer_role``), else from ``roles=`` given by the caller.
+
+An assignment maps selectors to rules, applied in order (a later entry overrides an earlier one for the
+parameters both match):
+
+    selector   "*" (every block matrix), "attn", "mlp", a role ("attn_qkv"), a layer index (int),
+               or "re:<regex>" matched (re.search) against the parameter name
+    rule       (optimizer, manifold) or (optimizer, manifold, {options}); optimizer one of OPTIMIZERS,
+               manifold a registered name or None (Muon)
+
+Named assignments (``ASSIGNMENTS``): the blog post's five ("unconstrained", "all_stiefel", "all_dgram",
+"hetero" = attention Stiefel / MLP DGram, "hetero_inv" = the reverse) and 003's ("muon", "macro_fro",
+"macro_spec", "muonh_fro", "muonh_spec", "sso", "fso").
+
+GPT-2's fused c_attn (2304 x 768 = [W_q; W_k; W_v]) is one matrix on one manifold by default: that is what
+the post evidently did (its Fig. 7 shows "layer 0, c_attn" with 768 singular values, the spectrum of
+the fused matrix). ``split_qkv=True`` instead puts each of W_q, W_k, W_v on its own sphere (003's
+"qkv-split", after [59]); it is implemented for the sphere optimizers (MACRO, MuonH, SSO, FSO) only:
+Muon is unchanged by it up to msign of the fused matrix vs the blocks, and ManifoldMuon does not offer it.
+"""
+
+from __future__ import annotations
+
+import inspect
+import re
+from dataclasses import dataclass, field
+
+import torch
+
+from . import optim as _optim
+from .manifolds import available_manifolds
+
+__all__ = ["ASSIGNMENTS", "MATRIX_ROLES", "ADAMW_ROLES", "OPTIMIZERS", "Assignment", "build_optimizers",
+           "describe", "plan", "infer_role", "param_roles", "retract_parameters"]
+
+MATRIX_ROLES = ("attn_q", "attn_k", "attn_v", "attn_qkv", "attn_o", "mlp_up", "mlp_gate", "mlp_down")
+ADAMW_ROLES = ("embedding", "pos_embedding", "head", "norm", "bias")
+OPTIMIZERS = {"muon": "Muon", "manifold_muon": "ManifoldMuon", "macro": "MACRO", "muonh": "MuonH", "sso": "SSO",
+              "fso": "FSO"}  # key -> class name in manifold_muon.optim
+_SPLITTABLE = ("macro", "muonh", "sso", "fso")
+
+
+@dataclass(frozen=True)
+class Assignment:
+    """Ordered (selector, rule) pairs and the AdamW settings for everything that is not a block matrix."""
+
+    name: str
+    rules: tuple
+    adamw: dict = field(default_factory=dict)
+
+
+_POST_ADAMW = dict(lr=6e-4, betas=(0.9, 0.95), weight_decay=0.1)  # nanoGPT's defaults, as the post says
+_003_ADAMW = dict(lr=5e-3, betas=(0.9, 0.95), eps=1e-8, weight_decay=0.0)  # 003, App. D (its weight decay unstated)
+
+
+def _all(rule, adamw):
+    return (("*", rule),), adamw
+
+
+ASSIGNMENTS = {
+    "unconstrained": Assignment("unconstrained", *_all(("muon", None), _POST_ADAMW)),
+    "all_stiefel": Assignment("all_stiefel", *_all(("manifold_muon", "stiefel"), _POST_ADAMW)),
+    "all_dgram": Assignment("all_dgram", *_all(("manifold_muon", "dgram"), _POST_ADAMW)),
+    "hetero": Assignment("hetero", (("attn", ("manifold_muon", "stiefel")), ("mlp", ("manifold_muon", "dgram"))),
+                         _POST_ADAMW),
+    "hetero_inv": Assignment("hetero_inv", (("attn", ("manifold_muon", "dgram")),
+                                            ("mlp", ("manifold_muon", "stiefel"))), _POST_ADAMW),
+    "muon": Assignment("muon", *_all(("muon", None), _003_ADAMW)),
+    "macro_fro": Assignment("macro_fro", *_all(("macro", "frobenius_sphere"), _003_ADAMW)),
+    "macro_spec": Assignment("macro_spec", *_all(("macro", "spectral_sphere"), _003_ADAMW)),
+    "muonh_fro": Assignment("muonh_fro", *_all(("muonh", "frobenius_sphere"), _003_ADAMW)),
+    "muonh_spec": Assignment("muonh_spec", *_all(("muonh", "spectral_sphere"), _003_ADAMW)),
+    "sso": Assignment("sso", *_all(("sso", "spectral_sphere"), _003_ADAMW)),
+    "fso": Assignment("fso", *_all(("fso", "frobenius_sphere"), _003_ADAMW)),
+}
+
+# nanoGPT (GPT-2) and Qwen3 names -> role, for models without param_roles(); first match wins
+_NAME_PATTERNS = (
+    (r"(^|\.)c_attn\.weight$", "attn_qkv"), (r"attn\.c_proj\.weight$", "attn_o"),
+    (r"mlp\.c_fc\.weight$", "mlp_up"), (r"mlp\.c_proj\.weight$", "mlp_down"),
+    (r"q_proj\.weight$", "attn_q"), (r"k_proj\.weight$", "attn_k"), (r"v_proj\.weight$", "attn_v"),
+    (r"o_proj\.weight$", "attn_o"), (r"gate_proj\.weight$", "mlp_gate"), (r"up_proj\.weight$", "mlp_up"),
+    (r"down_proj\.weight$", "mlp_down"), (r"(^|\.)(wte|embed|embed_tokens)\.weight$", "embedding"),
+    (r"(^|\.)wpe\.weight$", "pos_embedding"), (r"(^|\.)lm_head\.weight$", "head"),
+    (r"(ln_\w+|norm\w*)\.(weight|bias)$", "norm"), (r"\.bias$", "bias"),
+)
+
+
+def infer_role(name: str, p: torch.Tensor) -> str:
+    """The role of parameter ``name`` from nanoGPT / Qwen3 naming; an unknown 2-D name is an error."""
+    for pattern, role in _NAME_PATTERNS:
+        if re.search(pattern, name):
+            return role
+    if p.ndim < 2:
+        return "norm" if "norm" in name or "ln" in name else "bias"
+    raise ValueError(f"no role for parameter {name!r} of shape {tuple(p.shape)}: give the model a param_roles() "
+                     f"method or pass roles={{name: role}} with a role from {', '.join(MATRIX_ROLES + ADAMW_ROLES)}")
+
+
+def param_roles(model: torch.nn.Module, roles: dict | None = None) -> dict:
+    """{name: role} for every (deduplicated, so a tied head appears once) parameter of ``model``."""
+    found = dict(model.param_roles()) if callable(getattr(model, "param_roles", None)) else {}
+    found.update(roles or {})
+    out = {}
+    for name, p in model.named_parameters():
+        role = found.get(name) or infer_role(name, p)
+        if role not in MATRIX_ROLES + ADAMW_ROLES:
+            raise ValueError(f"parameter {name!r} has unknown role {role!r}; "
+                             f"choose one of {', '.join(MATRIX_ROLES + ADAMW_ROLES)}")
+        out[name] = role
+    return out
+
+
+def _layer(name: str):
+    m = re.search(r"(?:^|\.)(?:h|layers)\.(\d+)\.", name)
+    return int(m.group(1)) if m else None
+
+
+def _matches(selector, name: str, role: str) -> bool:
+    if selector == "*":
+        return True
+    if isinstance(selector, int):
+        return _layer(name) == selector
+    if selector in ("attn", "mlp"):
+        return role.startswith(selector + "_")
+    if selector in MATRIX_ROLES:
+        return role == selector
+    if isinstance(selector, str) and selector.startswith("re:"):
+        return re.search(selector[3:], name) is not None
+    if selector in ADAMW_ROLES:
+        raise ValueError(f"role {selector!r} always goes to AdamW; an assignment selects block matrices only "
+                         f"({', '.join(MATRIX_ROLES)})")
+    raise ValueError(f"unknown selector {selector!r}; use '*', 'attn', 'mlp', a role ({', '.join(MATRIX_ROLES)}), "
+                     "a layer index (int) or 're:<regex on the parameter name>'")
+
+
+def _rule(rule):
+    rule = (rule, None) if isinstance(rule, str) else tuple(rule)
+    if len(rule) == 2:
+        rule = (*rule, {})
+    opt, manifold, options = rule
+    if opt not in OPTIMIZERS:
+        raise ValueError(f"unknown optimizer {opt!r}; choose one of {', '.join(OPTIMIZERS)} "
+                         "(AdamW takes the non-matrix parameters by itself)")
+    if opt == "muon" and manifold is not None:
+        raise ValueError(f"Muon has no manifold, got {manifold!r}; use manifold None or another optimizer")
+    if opt != "muon" and manifold not in available_manifolds():
+        raise ValueError(f"unknown manifold {manifold!r} for {opt}; choose one of {', '.join(available_manifolds())}")
+    return opt, manifold, dict(options)
+
+
+def _assignment(assignment) -> Assignment:
+    if isinstance(assignment, Assignment):
+        return assignment
+    if isinstance(assignment, str):
+        if assignment not in ASSIGNMENTS:
+            raise ValueError(f"unknown assignment {assignment!r}; choose one of {', '.join(ASSIGNMENTS)} "
+                             "or pass a mapping {selector: (optimizer, manifold)}")
+        return ASSIGNMENTS[assignment]
+    if isinstance(assignment, dict):
+        return Assignment("custom", tuple(assignment.items()), dict(_POST_ADAMW))
+    raise TypeError(f"an assignment is a name ({', '.join(ASSIGNMENTS)}), a dict or an Assignment, "
+                    f"got {type(assignment).__name__}")
+
+
+def plan(model: torch.nn.Module, assignment, roles: dict | None = None, split_qkv: bool = False) -> list[dict]:
+    """One row per parameter: name, shape, role, optimizer ("adamw" for non-matrices), manifold, options."""
+    a = _assignment(assignment)
+    rules = [(sel, _rule(rule)) for sel, rule in a.rules]
+    params = dict(model.named_parameters())
+    rows = []
+    for name, role in param_roles(model, roles).items():
+        p = params[name]
+        opt, manifold, options = "adamw", None, {}
+        if role in MATRIX_ROLES:
+            if p.ndim != 2:
+                raise ValueError(f"{name!r} has role {role!r} but shape {tuple(p.shape)}; block matrices are 2-D")
+            chosen = None
+            for sel, rule in rules:
+                if _matches(sel, name, role):
+                    chosen = rule
+            if chosen is None:
+                raise ValueError(f"assignment {a.name!r} selects no optimizer for {name!r} (role {role}); "
+                                 "add a '*' entry or one that matches it")
+            opt, manifold, options = chosen
+            if split_qkv and role == "attn_qkv":
+                if opt not in _SPLITTABLE:
+                    raise ValueError(f"split_qkv is implemented for {', '.join(_SPLITTABLE)}, not {opt}; "
+                                     "use split_qkv=False (one fused c_attn matrix)")
+                options = {**options, "split": 3}
+        rows.append(dict(name=name, shape=tuple(p.shape), role=role, optimizer=opt, manifold=manifold,
+                         options=options))
+    return rows
+
+
+def _optimizer_class(key: str):
+    cls = getattr(_optim, OPTIMIZERS[key], None)
+    if cls is None:
+        raise ImportError(f"optimizer {OPTIMIZERS[key]} is not available in manifold_muon.optim (its module is "
+                          "missing); choose an assignment that does not use it")
+    return cls
+
+
+def _accepted(cls) -> set:
+    names = set()
+    for klass in cls.__mro__:
+        init = klass.__dict__.get("__init__")
+        if init is not None:
+            names |= {n for n, q in inspect.signature(init).parameters.items()
+                      if q.kind not in (q.VAR_KEYWORD, q.VAR_POSITIONAL) and n not in ("self", "params")}
+    return names
+
+
+def build_optimizers(model: torch.nn.Module, assignment, lr: float = 0.02, adamw_lr: float | None = None,
+                     roles: dict | None = None, split_qkv: bool = False, adamw: dict | None = None,
+                     **overrides) -> list[torch.optim.Optimizer]:
+    """[one optimizer per matrix-optimizer kind used (a param group per manifold/options), AdamW].
+
+    ``lr`` goes to every matrix optimizer; ``overrides`` go to each matrix optimizer that accepts them
+    (e.g. ``r=2.0`` to the sphere optimizers, ``inner_steps=20`` to ManifoldMuon); one accepted by none is
+    an error. ``adamw_lr`` and ``adamw`` (a dict) change the AdamW settings of the assignment (the post's
+    use nanoGPT's, 003's its App. D values). AdamW's weight decay applies to 2-D parameters (embeddings, head)
+    only, as in nanoGPT. Call ``retract_parameters(optimizers)`` once to put the weights on their manifolds.
+    """
+    a = _assignment(assignment)
+    used = {_optimizer_class(r["optimizer"]) for r in plan(model, a, roles, split_qkv) if r["optimizer"] != "adamw"}
+    unknown = set(overrides) - set().union(*[_accepted(c) for c in used]) if used else set(overrides)
+    if unknown:
+        raise ValueError(f"no optimizer of assignment {a.name!r} takes {', '.join(sorted(unknown))}; "
+                         f"they take {', '.join(sorted(set().union(*[_accepted(c) for c in used])))}")
+    rows = plan(model, a, roles, split_qkv)
+    params = dict(model.named_parameters())
+    groups: dict[str, dict] = {}
+    decay, no_decay = [], []
+    for r in rows:
+        p = params[r["name"]]
+        if r["optimizer"] == "adamw":
+            (decay if p.ndim >= 2 else no_decay).append(p)
+            continue
+        key = (r["manifold"], tuple(sorted(r["options"].items())))
+        groups.setdefault(r["optimizer"], {}).setdefault(key, []).append(p)
+    optimizers = []
+    for opt_name, by_key in groups.items():
+        cls = _optimizer_class(opt_name)
+        kwargs = {k: v for k, v in overrides.items() if k in _accepted(cls)}
+        param_groups = []
+        for (manifold, options), ps in by_key.items():
+            g = {"params": ps, **dict(options)}
+            if manifold is not None:
+                g["manifold"] = manifold
+            param_groups.append(g)
+        optimizers.append(cls(param_groups, lr=lr, **kwargs))
+    settings = {**a.adamw, **(adamw or {})}
+    if adamw_lr is not None:
+        settings["lr"] = adamw_lr
+    wd = settings.pop("weight_decay", 0.0)
+    adamw_groups = [g for g in ({"params": decay, "weight_decay": wd}, {"params": no_decay, "weight_decay": 0.0})
+                    if g["params"]]
+    if adamw_groups:
+        optimizers.append(torch.optim.AdamW(adamw_groups, **settings))
+    return optimizers
+
+
+@torch.no_grad()
+def retract_parameters(optimizers) -> None:
+    """Put every manifold-constrained weight on its manifold (once, after initialisation)."""
+    for opt in optimizers:
+        if callable(getattr(opt, "retract_parameters", None)):
+            opt.retract_parameters()
+
+
+def describe(assignment, model: torch.nn.Module, roles: dict | None = None, split_qkv: bool = False) -> str:
+    """A plain-text table: parameter name, shape, role, optimizer, manifold."""
+    rows = plan(model, assignment, roles, split_qkv)
+    table = [("name", "shape", "role", "optimizer", "manifold")] + [
+        (r["name"], "x".join(map(str, r["shape"])), r["role"], r["optimizer"],
+         (r["manifold"] or "-") + (f" (split {r['options']['split']})" if "split" in r["options"] else ""))
+        for r in rows]
+    widths = [max(len(row[i]) for row in table) for i in range(5)]
+    return "\n".join("  ".join(c.ljust(w) for c, w in zip(row, widths)).rstrip() for row in table)
