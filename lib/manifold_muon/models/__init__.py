@@ -10,11 +10,10 @@ assignment decides that a 2-D block weight goes to a manifold optimizer and an e
 or bias goes to AdamW.
 """
 
-from .gpt2 import GPT, ROLES, GPTConfig, attention_probe, summarize_attention_probe
+from .gpt2 import GPT, ROLES, GPTConfig, attention_probe
 from .qwen3 import Qwen3, Qwen3Config
 
-__all__ = ["GPT", "GPTConfig", "Qwen3", "Qwen3Config", "ROLES", "attention_probe", "summarize_attention_probe",
-           "build_model"]
+__all__ = ["GPT", "GPTConfig", "Qwen3", "Qwen3Config", "ROLES", "attention_probe", "build_model"]
 
 
 def build_model(config):

@@ -9,6 +9,7 @@ reader who knows nanoGPT finds everything where they expect it and checkpoints l
 * ``Block``               pre-LayerNorm residual block
 * ``GPT``                 embeddings, blocks, final LayerNorm, ``lm_head`` tied to ``wte``
 * ``attention_probe``     recomputes attention explicitly on a few rows and measures the softmax
+                          (any model of this package; ``metrics.attention_summary`` condenses its output)
 
 Training uses ``F.scaled_dot_product_attention``, which never materialises the attention matrix;
 ``attention_probe`` recomputes it for a sample of rows when the training loop wants to look.
@@ -24,7 +25,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-__all__ = ["GPTConfig", "GPT", "attention_probe", "summarize_attention_probe", "ROLES"]
+__all__ = ["GPTConfig", "GPT", "attention_probe", "ROLES"]
 
 # Every parameter of a model in this package has exactly one of these roles.
 ROLES = ("attn_qkv", "attn_q", "attn_k", "attn_v", "attn_o", "mlp_up", "mlp_gate", "mlp_down",
@@ -218,8 +219,11 @@ def attention_probe(model: nn.Module, idx: torch.Tensor, layers=None, max_rows: 
       Cauchy-Schwarz gives sum s^3 >= (sum s^2)^2, so ||J||_F^2 <= a - a^2 <= 1/4 with a = sum s^2.
     * ``row_length``   t + 1
 
-    Returns ``{layer_index: {name: tensor of shape (rows,)}}`` (float32, on idx's device).
+    Returns ``{layer_index: {name: tensor of shape (rows,)}}`` (float32, on idx's device). A model
+    wrapped by torch.compile or DistributedDataParallel is unwrapped and probed eagerly.
     """
+    model = getattr(model, "_orig_mod", model)  # torch.compile
+    model = getattr(model, "module", model)  # DistributedDataParallel
     modules = _attention_modules(model)
     if not modules:
         raise ValueError("attention_probe: the model has no attention module with queries_keys_values()")
@@ -266,13 +270,3 @@ def attention_probe(model: nn.Module, idx: torch.Tensor, layers=None, max_rows: 
             "row_length": (t + 1).float(),
         }
     return stats
-
-
-def summarize_attention_probe(stats: dict) -> dict[str, float]:
-    """Flatten ``attention_probe``'s output into floats for a log line: mean and max per layer and statistic."""
-    out = {}
-    for i, layer in stats.items():
-        for name in ("logit_range", "entropy", "jacobian_fro"):
-            out[f"layer{i}/{name}_mean"] = layer[name].mean().item()
-            out[f"layer{i}/{name}_max"] = layer[name].max().item()
-    return out
