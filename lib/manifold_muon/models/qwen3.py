@@ -15,7 +15,8 @@ at the sizes of its Table 10. Like Qwen3 it also normalises queries and keys per
 Choices the paper leaves open (stated here, and checked in tests/test_models.py):
 
 * head_dim = n_embd / n_head (128, 64, 128 for the three presets), as in the nanochat code base
-  the paper trains with; Qwen3 itself fixes head_dim = 128.
+  the paper trains with. Qwen3 itself fixes head_dim = 128, but that would make the "330M" preset
+  405M parameters, so the paper's count points to n_embd / n_head.
 * ffn_dim = 8/3 n_embd rounded up to a multiple of 64 (2048, 2752, 5504): the LLaMA convention that
   gives a SwiGLU MLP (three matrices) the 8 d^2 weights of a 4x GELU MLP (two matrices). With it the
   presets have 116.5M, 330.0M and 1.031B parameters (tied embedding counted once), the closest of the
