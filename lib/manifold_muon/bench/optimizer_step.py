@@ -1,0 +1,108 @@
+"""One whole optimizer step over a transformer's block matrices, as a ratio to Muon's step in the same run.
+
+The matrices are GPT-2's (nanoGPT names, weight = (D_out, D_in)): per layer c_attn (3d, d), attn.c_proj
+(d, d), mlp.c_fc (4d, d), mlp.c_proj (d, 4d); GPT-2 small is 12 layers at d = 768 (48 matrices). Each
+condition is a named assignment of ``manifold_muon.assignments`` with every optimizer at its library
+defaults (ManifoldMuon: dual ascent, 20 inner iterations, as the post ran; sphere optimizers: Newton-Schulz
+msign, SSO/FSO at most 10 bisection steps), weights put on their manifolds first and fixed random
+gradients. Time is the median over ``repeats`` steps after one warm-up step.
+
+Presets: "cpu" (4 layers, d = 128), "gpt2_small" (12 layers, d = 768; on a CPU-only machine it runs
+``cpu_layers`` layer(s) of GPT-2 small shapes instead, since every layer has the same four shapes the ratio
+to Muon is unchanged, and says so in the output), "quick" (2 layers, d = 64).
+Variants time the same step with one setting changed: Muon's msign in float32 (its default bfloat16
+Newton-Schulz is slow on CPUs without bf16 matmul units, which flatters every fp32 optimizer on CPU),
+and the spectral sphere's top singular pair by 10 power iterations instead of an SVD.
+Target reported against: Hetero's step <= 3x Muon's. Measures; asserts nothing about speed.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+from torch import nn
+
+from ..assignments import build_optimizers, retract_parameters
+from ..provenance import Stopwatch, provenance, write_json_atomic
+from .msign import device, one_cpu_thread, time_call
+
+CONDITIONS = ("unconstrained", "all_stiefel", "all_dgram", "hetero", "hetero_inv",
+              "macro_fro", "macro_spec", "muonh_fro", "muonh_spec", "sso", "fso")
+# informative variants: (label, assignment, build_optimizers overrides)
+VARIANTS = (("unconstrained[msign fp32]", "unconstrained", dict(msign_dtype=torch.float32)),
+            ("macro_spec[power 10]", "macro_spec", dict(manifold_kwargs=dict(power_iters=10))),
+            ("muonh_spec[power 10]", "muonh_spec", dict(manifold_kwargs=dict(power_iters=10))))
+BASELINE = "unconstrained"  # Muon on every block matrix, at its defaults (Newton-Schulz in bfloat16)
+TARGET = {"hetero": 3.0}
+
+
+class BlockMatrices(nn.Module):
+    """Only the block matrices of a GPT-2, under nanoGPT's names (so assignments find their roles)."""
+
+    def __init__(self, n_layer: int, d: int):
+        super().__init__()
+
+        def layer():
+            b = nn.Module()
+            b.attn, b.mlp = nn.Module(), nn.Module()
+            b.attn.c_attn, b.attn.c_proj = nn.Linear(d, 3 * d, bias=False), nn.Linear(d, d, bias=False)
+            b.mlp.c_fc, b.mlp.c_proj = nn.Linear(d, 4 * d, bias=False), nn.Linear(4 * d, d, bias=False)
+            return b
+
+        self.transformer = nn.ModuleDict(dict(h=nn.ModuleList([layer() for _ in range(n_layer)])))
+
+
+def time_condition(name: str, n_layer: int, d: int, repeats: int, seed: int = 0, overrides=None) -> float:
+    torch.manual_seed(seed)
+    model = BlockMatrices(n_layer, d).to(device())
+    for p in model.parameters():
+        p.grad = torch.randn_like(p)
+    opts = build_optimizers(model, name, lr=0.01, **(overrides or {}))
+    retract_parameters(opts)
+
+    def step():
+        for o in opts:
+            o.step()
+
+    return time_call(step, repeats)
+
+
+def measure(preset: str, n_layer: int, d: int, repeats: int, conditions=CONDITIONS) -> dict:
+    seconds = {c: time_condition(c, n_layer, d, repeats) for c in conditions}
+    seconds.update({label: time_condition(a, n_layer, d, repeats, overrides=o) for label, a, o in VARIANTS})
+    base = seconds[BASELINE]
+    rows = [dict(condition=c, seconds=s, ratio_to_muon=s / base,
+                 target=TARGET.get(c), meets_target=(s / base <= TARGET[c]) if c in TARGET else None)
+            for c, s in seconds.items()]
+    return dict(preset=preset, n_layer=n_layer, d=d, matrices=4 * n_layer, repeats=repeats, rows=rows)
+
+
+def main(out_dir: Path, quick: bool = False, cpu_layers: int = 1) -> dict:
+    on_gpu = device().type == "cuda"
+    if quick:
+        presets = [("quick", 2, 64, 2)]
+    else:
+        presets = [("cpu", 4, 128, 3), ("gpt2_small", 12 if on_gpu else cpu_layers, 768, 3 if on_gpu else 1)]
+    with one_cpu_thread(), Stopwatch() as sw:
+        results = [measure(*p) for p in presets]
+        params = dict(presets=[dict(zip(("preset", "n_layer", "d", "repeats"), p)) for p in presets],
+                      conditions=list(CONDITIONS), variants=[[v[0], v[1], repr(v[2])] for v in VARIANTS],
+                      baseline=BASELINE, targets=TARGET, quick=quick,
+                      device=str(device()), seed=0,
+                      note=None if on_gpu or quick else
+                      f"no GPU: gpt2_small ran {cpu_layers} layer(s) of GPT-2 small shapes (the ratio per layer "
+                      "equals the ratio for 12 identical layers up to batching)")
+        record = provenance(params)
+    result = dict(results=results, **record, wall_time_s=round(sw.seconds, 3))
+    write_json_atomic(Path(out_dir) / "optimizer_step.json", result)
+    for r in results:
+        print(f"[{r['preset']}: {r['n_layer']} layer(s), d={r['d']}, {r['matrices']} matrices, device {device()}]")
+        for row in r["rows"]:
+            mark = "" if row["target"] is None else f"  (target <= {row['target']}x: {'met' if row['meets_target'] else 'MISSED'})"
+            print(f"  {row['condition']:>25}  {row['seconds'] * 1e3:10.2f} ms  x{row['ratio_to_muon']:.2f} Muon{mark}")
+    return result
+
+
+if __name__ == "__main__":
+    main(Path("runs/bench"), quick=True)
