@@ -147,3 +147,57 @@ def test_embedded_corpus_is_real_english_and_prepares(tmp_path):
     assert abs(meta["val_tokens"] / (meta["train_tokens"] + meta["val_tokens"]) - 0.1) < 0.001
     x, y = data.get_batch("val", 2, 64, torch.Generator().manual_seed(0), data_dir=tmp_path / "kjv")
     assert data.ByteTokenizer().decode(x[0]) in text
+
+
+class _FakeHFDataset:
+    """The three things prepare_openwebtext asks of a Hugging Face dataset, on a list of texts."""
+
+    def __init__(self, texts):
+        self.texts = list(texts)
+
+    def train_test_split(self, test_size, seed, shuffle):
+        order = np.random.default_rng(seed).permutation(len(self.texts)) if shuffle else np.arange(len(self.texts))
+        n_test = max(1, int(round(test_size * len(self.texts))))
+        return {"train": _FakeHFDataset(self.texts[i] for i in order[n_test:]),
+                "test": _FakeHFDataset(self.texts[i] for i in order[:n_test])}
+
+    def iter(self, batch_size):
+        for i in range(0, len(self.texts), batch_size):
+            yield {"text": self.texts[i:i + batch_size]}
+
+
+def test_prepare_openwebtext_end_to_end_with_a_stand_in_for_the_hub(tmp_path, monkeypatch):
+    # Everything but the download: a fake `datasets` module serves 40 documents under the source name
+    import sys
+    import types
+
+    docs = [f"Document {i}: " + "some words " * (i % 7 + 1) + "\n" for i in range(40)]
+    requested = {}
+
+    def load_dataset(source, num_proc):
+        requested.update(source=source, num_proc=num_proc)
+        return {"train": _FakeHFDataset(docs)}
+
+    monkeypatch.setitem(sys.modules, "datasets", types.SimpleNamespace(load_dataset=load_dataset))
+    meta = data.prepare_openwebtext(tmp_path / "owt", source="stand-in", num_proc=1, val_fraction=0.1,
+                                    tokenizer="bytes")
+    assert requested == {"source": "stand-in", "num_proc": 1}
+    tok = data.ByteTokenizer()
+    train = tok.decode(np.fromfile(tmp_path / "owt" / "train.bin", dtype=np.uint16)).split("\x00")[:-1]
+    val = tok.decode(np.fromfile(tmp_path / "owt" / "val.bin", dtype=np.uint16)).split("\x00")[:-1]
+    assert (len(train), len(val)) == (36, 4)  # whole documents, split by document
+    assert sorted(train + val) == sorted(docs) and not set(train) & set(val)
+    assert meta["name"] == "openwebtext" and meta["source"] == "stand-in"
+    # prepared already: a second call neither loads nor writes
+    requested.clear()
+    assert data.prepare_openwebtext(tmp_path / "owt", source="stand-in", num_proc=1, val_fraction=0.1,
+                                    tokenizer="bytes") == meta
+    assert requested == {}
+
+
+def test_prepare_openwebtext_without_datasets_says_what_to_install(tmp_path, monkeypatch):
+    import sys
+
+    monkeypatch.setitem(sys.modules, "datasets", None)  # makes `import datasets` fail
+    with pytest.raises(ImportError, match="pip install datasets"):
+        data.prepare_openwebtext(tmp_path / "owt", tokenizer="bytes")

@@ -7,7 +7,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from manifold_muon.models import GPT, ROLES, GPTConfig, Qwen3, Qwen3Config, attention_probe, build_model
+from manifold_muon.models import GPT, ROLES, GPTConfig, Qwen3, Qwen3Config, attention_probe, build_model, generate
 from manifold_muon.models.qwen3 import Rotary
 
 TINY = {
@@ -254,3 +254,16 @@ def test_attention_probe_on_uniform_attention():
         assert torch.allclose(layer["entropy"], torch.log(n), atol=1e-5)
         assert torch.allclose(layer["jacobian_fro"], (1 / n - 1 / n**2).sqrt(), atol=1e-6)
         assert torch.allclose(layer["logit_range"], torch.zeros_like(n))
+
+
+@pytest.mark.parametrize("name", ["gpt2", "qwen3"])
+def test_generate_greedy_follows_the_argmax_and_sampling_is_seeded(name):
+    model = build_model(TINY[name])
+    idx = tokens(B=2, T=30)
+    out = generate(model, idx, 5, top_k=1)  # runs past block_size 32: the context is cropped
+    assert out.shape == (2, 35) and torch.equal(out[:, :30], idx)
+    logits, _ = model.eval()(out[:, -33:-1])
+    assert torch.equal(out[:, -1], logits[:, -1].argmax(-1))
+    a = generate(model, idx[:, :4], 6, temperature=0.8, top_k=20, generator=torch.Generator().manual_seed(3))
+    b = generate(model, idx[:, :4], 6, temperature=0.8, top_k=20, generator=torch.Generator().manual_seed(3))
+    assert torch.equal(a, b)

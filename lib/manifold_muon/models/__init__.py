@@ -1,6 +1,7 @@
 """The models the two papers train, one readable file each.
 
-* ``gpt2``  GPT-2 (nanoGPT's names): the blog post's model. Also ``attention_probe``.
+* ``gpt2``  GPT-2 (nanoGPT's names): the blog post's model. Also ``attention_probe`` and ``generate``,
+  which work on both models.
 * ``qwen3`` Qwen3-like (RoPE, GQA, SwiGLU, QK-norm, tied embeddings), with the RMSNorm-free variant
   of the paper's Section 4.2.
 
@@ -10,10 +11,10 @@ assignment decides that a 2-D block weight goes to a manifold optimizer and an e
 or bias goes to AdamW.
 """
 
-from .gpt2 import GPT, ROLES, GPTConfig, attention_probe
+from .gpt2 import GPT, ROLES, GPTConfig, attention_probe, generate
 from .qwen3 import Qwen3, Qwen3Config
 
-__all__ = ["GPT", "GPTConfig", "Qwen3", "Qwen3Config", "ROLES", "attention_probe", "build_model"]
+__all__ = ["GPT", "GPTConfig", "Qwen3", "Qwen3Config", "ROLES", "attention_probe", "generate", "build_model"]
 
 
 def build_model(config):

@@ -10,6 +10,7 @@ reader who knows nanoGPT finds everything where they expect it and checkpoints l
 * ``GPT``                 embeddings, blocks, final LayerNorm, ``lm_head`` tied to ``wte``
 * ``attention_probe``     recomputes attention explicitly on a few rows and measures the softmax
                           (any model of this package; ``metrics.attention_summary`` condenses its output)
+* ``generate``            sample a continuation (any model of this package)
 
 Training uses ``F.scaled_dot_product_attention``, which never materialises the attention matrix;
 ``attention_probe`` recomputes it for a sample of rows when the training loop wants to look.
@@ -25,7 +26,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-__all__ = ["GPTConfig", "GPT", "attention_probe", "ROLES"]
+__all__ = ["GPTConfig", "GPT", "attention_probe", "generate", "ROLES"]
 
 # Every parameter of a model in this package has exactly one of these roles.
 ROLES = ("attn_qkv", "attn_q", "attn_k", "attn_v", "attn_o", "mlp_up", "mlp_gate", "mlp_down",
@@ -270,3 +271,28 @@ def attention_probe(model: nn.Module, idx: torch.Tensor, layers=None, max_rows: 
             "row_length": (t + 1).float(),
         }
     return stats
+
+
+@torch.no_grad()
+def generate(model: nn.Module, idx: torch.Tensor, max_new_tokens: int, temperature: float = 1.0,
+             top_k: int | None = None, generator: torch.Generator | None = None) -> torch.Tensor:
+    """Append ``max_new_tokens`` tokens to ``idx`` (B, T), each sampled from softmax(logits / temperature)
+    of the last position, restricted to the ``top_k`` most likely tokens if given (top_k=1: greedy).
+    The context is cropped to the model's block_size. Runs in eval mode and restores the mode."""
+    if temperature <= 0:
+        raise ValueError(f"temperature must be positive, got {temperature}; use top_k=1 for greedy decoding")
+    was_training = model.training
+    model.eval()
+    try:
+        for _ in range(max_new_tokens):
+            logits, _ = model(idx[:, -model.config.block_size:])
+            logits = logits[:, -1, :] / temperature
+            if top_k is not None:
+                kth = torch.topk(logits, min(top_k, logits.size(-1))).values[:, [-1]]
+                logits = logits.masked_fill(logits < kth, float("-inf"))
+            probs = torch.softmax(logits.float(), dim=-1)
+            next_id = torch.multinomial(probs.cpu(), 1, generator=generator).to(idx.device)
+            idx = torch.cat((idx, next_id), dim=1)
+    finally:
+        model.train(was_training)
+    return idx

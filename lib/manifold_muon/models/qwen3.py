@@ -50,9 +50,9 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from .gpt2 import attention_probe  # the probe works on any model of this package; here for models.qwen3 users
+from .gpt2 import attention_probe, generate  # they work on any model of this package; here for models.qwen3 users
 
-__all__ = ["Qwen3Config", "Qwen3", "RMSNorm", "attention_probe"]
+__all__ = ["Qwen3Config", "Qwen3", "RMSNorm", "attention_probe", "generate"]
 
 
 def default_ffn_dim(n_embd: int, multiple_of: int = 64) -> int:
