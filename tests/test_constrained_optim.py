@@ -310,3 +310,23 @@ def test_qkv_split_puts_each_block_on_its_own_sphere():
     assert float(torch.linalg.matrix_norm(p.detach(), ord=2)) > R * 1.01, "the fused matrix is not on one sphere"
     with pytest.raises(ValueError, match="dividing D_out"):
         MACRO([torch.nn.Parameter(torch.randn(8, 4))], split=3)
+
+
+def test_frobenius_constraint_is_not_invariant_under_qkv_split():
+    """003, Table 11 caption: 'the Frobenius constraint is invariant under the split'. Not as sets (three
+    spheres of radius r sqrt(d) are a strict subset of one of radius r sqrt(3d)), nor as steps: from a point
+    on both, one MACRO-fro step with and without the split lands at different weights."""
+    g = torch.Generator().manual_seed(4)
+    d = 4
+    blocks = get_manifold("frobenius_sphere").retract(torch.randn(3, d, d, generator=g, dtype=F64))
+    W0, G = blocks.reshape(3 * d, d), torch.randn(3 * d, d, generator=g, dtype=F64)
+    assert abs(float(W0.norm()) - (3 * d) ** 0.5) < 1e-12, "the start is on the fused sphere too"
+    out = []
+    for split in (1, 3):
+        p = torch.nn.Parameter(W0.clone())
+        opt = MACRO([p], lr=0.1, manifold="frobenius_sphere", split=split, msign_method="svd")
+        p.grad = G.clone()
+        opt.step()
+        out.append(p.detach())
+    assert (out[0] - out[1]).norm() > 1e-3
+    assert torch.linalg.matrix_norm(out[0].view(3, d, d)).sub(d ** 0.5).abs().max() > 1e-3, "fused: blocks drift"
