@@ -137,19 +137,28 @@ def _svt_exact(Z, tau):
     return (U * (s - tau).clamp_min(0).unsqueeze(-2)) @ Vh
 
 
-def exact_solution(W, G, P, steps=3000, rho=None):
-    """Reference (A*, Lambda*, duality gap) in float64, for small problems (tests, benchmarks).
+def exact_solution(W, G, P, steps=3000, rho=None, dtype=torch.float64):
+    """Reference (A*, Lambda*, duality gap) in ``dtype`` (float64), for small problems (tests, benchmarks).
 
-    ADMM with SVD-based thresholding; its scaled multiplier rho U (a subgradient of the nuclear norm,
-    which unlike msign(G + 2 W Lambda) is right also when G + 2 W Lambda is rank-deficient at the
-    optimum) is projected onto the tangent space and shrunk to op-norm <= 1. That A_feas is primal
-    feasible, so
+    ADMM with SVD-based thresholding. Two primal candidates, each projected onto the tangent space and
+    shrunk to op-norm <= 1 (so primal feasible): msign(G + 2 W Lambda) (optimal when that matrix has
+    full rank at the optimum) and the scaled multiplier rho U (a subgradient of the nuclear norm, right
+    also when it is rank-deficient, e.g. square DGram); the better one A_feas is kept, and
     gap = ||G + 2 W Lambda||_* - <G, A_feas> >= 0 bounds both sub-optimalities (in unit-RMS G units).
     The caller should check the returned gap.
     """
-    Wt, Gt, wide = _tall_unit(W.to(torch.float64), G.to(torch.float64))
-    Lambda, A, _ = _admm_iterations(Wt, Gt, P, steps, rho, None, None, _svt_exact)
-    A = A - Wt @ gram_multiplier(Wt, Wt.mT @ A + A.mT @ Wt, P)  # tangent projection
-    A = A / torch.linalg.matrix_norm(A, ord=2).clamp_min(1.0)[..., None, None]  # into the unit op-ball
-    gap = torch.linalg.svdvals(Gt + 2 * Wt @ Lambda).sum(-1) - (Gt * A).sum(dim=(-2, -1))
-    return (A.mT if wide else A), Lambda, gap
+    Wt, Gt, wide = _tall_unit(W.to(dtype), G.to(dtype))
+    Lambda, rhoU, _ = _admm_iterations(Wt, Gt, P, steps, rho, None, None, _svt_exact)
+    Z = Gt + 2 * Wt @ Lambda
+    best, best_value = None, None
+    for A in (rhoU, _msign_exact(Z)):  # two primal candidates; keep the better one per matrix
+        A = A - Wt @ gram_multiplier(Wt, Wt.mT @ A + A.mT @ Wt, P)  # tangent projection
+        A = A / torch.linalg.matrix_norm(A, ord=2).clamp_min(1.0)[..., None, None]  # into the unit op-ball
+        value = (Gt * A).sum(dim=(-2, -1))
+        if best is None:
+            best, best_value = A, value
+        else:
+            better = value > best_value
+            best, best_value = torch.where(better[..., None, None], A, best), torch.maximum(value, best_value)
+    gap = torch.linalg.svdvals(Z).sum(-1) - best_value
+    return (best.mT if wide else best), Lambda, gap

@@ -1,0 +1,90 @@
+"""msign accuracy and speed: SVD vs Newton-Schulz vs Polar Express, float32 and bfloat16.
+
+For Gaussian G of each shape: max_i |sigma_i(O) - 1| (how far from orthogonal), the relative distance
+||O - msign_svd(G)||_F / ||msign_svd(G)||_F, and the time per call as a ratio to an float32 SVD-based
+msign (U V^T from torch.linalg.svd) timed in the same run. Measures; asserts nothing about speed.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from pathlib import Path
+
+import torch
+
+from ..msign import msign, msign_svd, singular_value_error
+from ..provenance import Stopwatch, provenance, write_json_atomic
+
+GPT2_SHAPES = [(768, 768), (768, 2304), (768, 3072), (3072, 768)]
+CPU_SHAPES = [(128, 128), (128, 512), (512, 128)]
+QUICK_SHAPES = [(32, 32), (32, 96)]
+
+
+def device() -> torch.device:
+    return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+
+
+@contextlib.contextmanager
+def one_cpu_thread():
+    """On CPU, time with one thread: on a shared machine more threads than free cores make timings
+    meaningless (spin-waiting threads). The thread count is recorded in the provenance."""
+    old = torch.get_num_threads()
+    if device().type == "cpu":
+        torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(old)
+
+
+def time_call(fn, repeats: int) -> float:
+    """Fastest wall time of fn() in seconds over ``repeats`` calls, after one warm-up call (the minimum is the
+    estimate least disturbed by other processes on a shared machine)."""
+    fn()
+    times = []
+    for _ in range(repeats):
+        if torch.cuda.is_available():
+            torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        fn()
+        if torch.cuda.is_available():
+            torch.cuda.synchronize()
+        times.append(time.perf_counter() - t0)
+    return min(times)
+
+
+def svd_msign_fp32(G):
+    U, _, Vh = torch.linalg.svd(G.float(), full_matrices=False)
+    return U @ Vh
+
+
+def measure(shape, repeats: int, steps: int = 5, seed: int = 0) -> list[dict]:
+    g = torch.Generator().manual_seed(seed)
+    G = torch.randn(shape, generator=g).to(device())
+    ref = msign_svd(G).double()
+    t_svd = time_call(lambda: svd_msign_fp32(G), repeats)
+    rows = [dict(shape=list(shape), method="svd", dtype="float32", steps=None, seconds=t_svd, time_ratio_to_svd=1.0,
+                 sigma_error=singular_value_error(svd_msign_fp32(G)).item(), rel_dist_to_svd=0.0)]
+    for method in ("newton_schulz", "polar_express"):
+        for dtype in (torch.float32, torch.bfloat16):
+            O = msign(G, method, steps=steps, dtype=dtype)
+            t = time_call(lambda: msign(G, method, steps=steps, dtype=dtype), repeats)
+            rows.append(dict(shape=list(shape), method=method, dtype=str(dtype).removeprefix("torch."), steps=steps,
+                             seconds=t, time_ratio_to_svd=t / t_svd, sigma_error=singular_value_error(O).item(),
+                             rel_dist_to_svd=((O.double() - ref).norm() / ref.norm()).item()))
+    return rows
+
+
+def main(out_dir: Path, quick: bool = False) -> dict:
+    shapes = QUICK_SHAPES if quick else CPU_SHAPES + GPT2_SHAPES
+    repeats = 5
+    with one_cpu_thread(), Stopwatch() as sw:
+        rows = [r for s in shapes for r in measure(s, repeats)]
+        record = provenance(dict(shapes=shapes, repeats=repeats, steps=5, quick=quick, device=str(device())))
+    result = dict(rows=rows, **record, wall_time_s=round(sw.seconds, 3))
+    write_json_atomic(Path(out_dir) / "msign.json", result)
+    for r in rows:
+        print(f"{str(tuple(r['shape'])):>12} {r['method']:>14} {r['dtype']:>9}  sigma_err {r['sigma_error']:.3f}  "
+              f"dist {r['rel_dist_to_svd']:.3f}  time/svd {r['time_ratio_to_svd']:.2f}")
+    return result
