@@ -1,0 +1,295 @@
+"""The configuration of one training run: a dataclass, the presets that fill it, and the checks
+that refuse a bad one before any work starts.
+
+    cfg = load_preset("cpu", assignment="hetero")      # runs/presets/training/cpu.yml + overrides
+    validate(cfg)                                        # raises ValueError naming every problem
+
+A preset is plain YAML whose keys are the fields of ``TrainConfig``. ``--set key=value`` on the
+command line goes through ``parse_overrides`` (values are read as YAML: ``lr=0.02``, ``bias=false``,
+``optimizer={alpha: 0.1}``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import math
+import typing
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import yaml
+
+__all__ = [
+    "TrainConfig",
+    "PRESET_DIR",
+    "available_presets",
+    "load_preset",
+    "parse_overrides",
+    "validate",
+    "valid_assignments",
+]
+
+PRESET_DIR = Path(__file__).resolve().parents[2] / "runs" / "presets" / "training"
+
+FAMILIES = ("gpt2", "qwen3")
+DATASETS = ("kjv", "openwebtext", "synthetic")  # the names of `data.DATASETS`, plus random tokens
+DTYPES = ("float32", "bfloat16")
+DEVICES = ("auto", "cpu", "cuda")
+
+# The assignment names of the two seeds, used only when `assignments` cannot tell us its own list.
+_KNOWN_ASSIGNMENTS = (
+    "unconstrained", "all_stiefel", "all_dgram", "hetero", "hetero_inv",
+    "muon", "macro_fro", "macro_spec", "muonh_fro", "muonh_spec", "sso", "fso",
+)
+
+
+@dataclass
+class TrainConfig:
+    # model
+    family: str = "gpt2"              # gpt2 | qwen3
+    n_layer: int = 4
+    n_head: int = 4
+    n_embd: int = 128
+    n_kv_head: int | None = None      # qwen3 grouped-query attention; None = n_head
+    vocab_size: int | None = None     # None = the data set's vocabulary
+    bias: bool = False                # gpt2 only
+    dropout: float = 0.0              # gpt2 only
+    rmsnorm_free: bool = False        # qwen3 only: the normalisation-free variant of 003 Section 4.2
+    model_extra: dict = field(default_factory=dict)  # any other field of the family's config class
+    # data
+    data: str = "kjv"                 # kjv (embedded, byte tokens) | openwebtext | synthetic
+    data_dir: str | None = None       # None = the data module's default
+    batch_size: int = 16              # sequences per optimizer step, summed over ranks and micro-steps
+    gradient_accumulation_steps: int = 1
+    block_size: int = 64
+    # schedule
+    max_steps: int = 100
+    lr: float = 0.02                  # matrix optimizer (Muon / Manifold Muon / ...)
+    adamw_lr: float = 6e-4            # embeddings, head, 1-D parameters
+    warmup: int = 0                   # linear warmup steps
+    min_lr_ratio: float = 0.1         # cosine decay from lr to min_lr_ratio * lr at max_steps
+    grad_clip: float = 1.0            # 0 = off
+    # optimizer routing
+    assignment: str | dict = "hetero"  # a name from `assignments`, or a mapping its builder accepts
+    optimizer: dict = field(default_factory=dict)  # keyword overrides for build_optimizers
+    per_assignment: dict = field(default_factory=dict)  # assignment -> config values for it (e.g. its lr)
+    # measurement
+    eval_every: int = 50
+    eval_batches: int = 4
+    spectrum_every: int = 0           # full singular spectra every k steps (0 = never)
+    probe_every: int = 0              # attention statistics every k steps (0 = never)
+    probe_rows: int = 64              # query rows sampled per layer by the attention probe
+    # run
+    seed: int = 1337
+    dtype: str = "float32"            # bfloat16 = autocast on CUDA (ignored on CPU)
+    divergence_loss_threshold: float = 20.0
+    checkpoint_every: int = 0         # 0 = only at the end
+    out_dir: str | None = None
+    device: str = "auto"              # auto | cpu | cuda
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "TrainConfig":
+        """Build from a mapping, refusing unknown keys with the closest valid one."""
+        if not isinstance(d, dict):
+            raise TypeError(f"a training config is a mapping of field -> value, got {type(d).__name__}")
+        names = [f.name for f in dataclasses.fields(cls)]
+        unknown = [k for k in d if k not in names]
+        if unknown:
+            raise ValueError("; ".join(_unknown_key_message(k, names) for k in unknown))
+        return cls(**d)
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+    def replace(self, **changes) -> "TrainConfig":
+        return TrainConfig.from_dict({**self.to_dict(), **changes})
+
+
+def _unknown_key_message(key, names) -> str:
+    close = difflib.get_close_matches(str(key), names, n=1, cutoff=0.5)
+    hint = f"did you mean {close[0]!r}?" if close else f"valid keys: {', '.join(names)}"
+    return f"unknown config key {key!r} ({hint})"
+
+
+def available_presets() -> list[str]:
+    return sorted(p.stem for p in PRESET_DIR.glob("*.yml"))
+
+
+def load_preset(name_or_path: str | Path, **overrides) -> TrainConfig:
+    """``runs/presets/training/<name>.yml`` (or a path to a YAML file), then ``overrides``."""
+    path = Path(name_or_path)
+    if path.suffix not in (".yml", ".yaml"):
+        path = PRESET_DIR / f"{name_or_path}.yml"
+    if not path.exists():
+        raise FileNotFoundError(
+            f"no training preset {str(name_or_path)!r} (looked for {path}); "
+            f"choose one of: {', '.join(available_presets())} or give a path to a .yml file"
+        )
+    d = yaml.safe_load(path.read_text()) or {}
+    if not isinstance(d, dict):
+        raise ValueError(f"{path} must be a YAML mapping of config keys to values")
+    return TrainConfig.from_dict(_merge(d, overrides))
+
+
+def _merge(preset: dict, explicit: dict) -> dict:
+    """preset < its ``per_assignment`` row for the chosen assignment < explicit overrides.
+
+    ``per_assignment`` holds a paper's per-optimizer table (lr, radius, ...); ``optimizer`` dicts
+    are merged key by key at every level.
+    """
+    d = {**preset, **explicit}
+    row = (d.get("per_assignment") or {}).get(d["assignment"]) if isinstance(d.get("assignment"), str) else None
+    if row is not None and not isinstance(row, dict):
+        raise ValueError(f"per_assignment[{d['assignment']!r}] must be a mapping of config keys to values")
+    row = row or {}
+    d.update({k: v for k, v in row.items() if k not in explicit and k != "optimizer"})
+    d["optimizer"] = {**(preset.get("optimizer") or {}), **(row.get("optimizer") or {}),
+                      **(explicit.get("optimizer") or {})}
+    return d
+
+
+def parse_overrides(items: list[str]) -> dict:
+    """``["lr=0.01", "optimizer={alpha: 0.1}"]`` -> ``{"lr": 0.01, "optimizer": {"alpha": 0.1}}``."""
+    out = {}
+    for item in items or []:
+        if "=" not in item:
+            raise ValueError(f"--set takes key=value, got {item!r}")
+        key, value = item.split("=", 1)
+        out[key.strip()] = yaml.safe_load(value)
+    return out
+
+
+def valid_assignments() -> list[str]:
+    """The assignment names the builder knows (asked of `assignments` when it is there)."""
+    try:
+        from . import assignments
+    except ModuleNotFoundError:
+        return list(_KNOWN_ASSIGNMENTS)
+    for attr in ("available_assignments", "ASSIGNMENTS", "ASSIGNMENT_NAMES"):
+        v = getattr(assignments, attr, None)
+        if v is not None:
+            return sorted(v() if callable(v) else v)
+    return list(_KNOWN_ASSIGNMENTS)
+
+
+def _type_ok(value, hint) -> bool:
+    origin = typing.get_origin(hint)
+    if origin in (typing.Union, getattr(__import__("types"), "UnionType", None)):
+        return any(_type_ok(value, h) for h in typing.get_args(hint))
+    if hint is type(None):
+        return value is None
+    if hint is float:
+        return isinstance(value, (int, float)) and not isinstance(value, bool)
+    if hint is int:
+        return isinstance(value, int) and not isinstance(value, bool)
+    return isinstance(value, origin or hint)
+
+
+def _type_name(hint) -> str:
+    args = typing.get_args(hint)
+    return " or ".join(_type_name(a) for a in args) if args else getattr(hint, "__name__", str(hint))
+
+
+def validate(cfg: TrainConfig, data_len: int | None = None, world_size: int = 1) -> TrainConfig:
+    """Every problem with ``cfg`` in one ValueError, before any work starts; returns ``cfg``.
+
+    ``data_len`` (tokens in the smallest split) and ``world_size`` add the checks that need them.
+    """
+    if isinstance(cfg, dict):
+        cfg = TrainConfig.from_dict(cfg)
+    problems = []
+    hints = typing.get_type_hints(TrainConfig)
+    for f in dataclasses.fields(cfg):
+        v = getattr(cfg, f.name)
+        if not _type_ok(v, hints[f.name]):
+            problems.append(f"{f.name}={v!r} should be {_type_name(hints[f.name])}")
+    if problems:  # the value checks below assume the types are right
+        raise ValueError("bad training config: " + "; ".join(problems))
+
+    def choice(name, choices):
+        if getattr(cfg, name) not in choices:
+            problems.append(f"{name}={getattr(cfg, name)!r} is not one of: {', '.join(choices)}")
+
+    choice("family", FAMILIES)
+    choice("data", DATASETS)
+    choice("dtype", DTYPES)
+    choice("device", DEVICES)
+    for name in ("n_layer", "n_head", "n_embd", "batch_size", "gradient_accumulation_steps",
+                 "block_size", "max_steps", "eval_every", "eval_batches", "probe_rows"):
+        if getattr(cfg, name) < 1:
+            problems.append(f"{name}={getattr(cfg, name)} must be at least 1")
+    for name in ("warmup", "spectrum_every", "probe_every", "checkpoint_every"):
+        if getattr(cfg, name) < 0:
+            problems.append(f"{name}={getattr(cfg, name)} must be 0 or more")
+    for name in ("lr", "adamw_lr"):
+        if not (getattr(cfg, name) > 0 and math.isfinite(getattr(cfg, name))):
+            problems.append(f"{name}={getattr(cfg, name)} must be a positive number")
+    if not 0 <= cfg.min_lr_ratio <= 1:
+        problems.append(f"min_lr_ratio={cfg.min_lr_ratio} must lie in [0, 1]")
+    if cfg.grad_clip < 0:
+        problems.append(f"grad_clip={cfg.grad_clip} must be 0 (off) or positive")
+    if not 0 <= cfg.dropout < 1:
+        problems.append(f"dropout={cfg.dropout} must lie in [0, 1)")
+    if not cfg.divergence_loss_threshold > 0:
+        problems.append(f"divergence_loss_threshold={cfg.divergence_loss_threshold} must be positive")
+    if cfg.warmup > cfg.max_steps:
+        problems.append(f"warmup={cfg.warmup} is longer than max_steps={cfg.max_steps}")
+    if cfg.n_head >= 1 and cfg.n_embd % cfg.n_head:
+        problems.append(f"n_embd={cfg.n_embd} is not divisible by n_head={cfg.n_head}; "
+                        f"pick n_head among the divisors of n_embd")
+    if cfg.n_kv_head is not None:
+        if cfg.family != "qwen3":
+            problems.append("n_kv_head applies to family qwen3 only; remove it for gpt2")
+        elif cfg.n_kv_head < 1 or cfg.n_head % cfg.n_kv_head:
+            problems.append(f"n_head={cfg.n_head} is not a multiple of n_kv_head={cfg.n_kv_head}")
+    if cfg.rmsnorm_free and cfg.family != "qwen3":
+        problems.append("rmsnorm_free applies to family qwen3 only")
+    if cfg.vocab_size is not None and cfg.vocab_size < 2:
+        problems.append(f"vocab_size={cfg.vocab_size} must be at least 2 (or null for the data's own)")
+    if cfg.data == "synthetic" and cfg.vocab_size is None:
+        problems.append("data=synthetic needs vocab_size (the range of the random tokens)")
+    per_micro = world_size * cfg.gradient_accumulation_steps
+    if cfg.batch_size >= 1 and cfg.batch_size % per_micro:
+        problems.append(f"batch_size={cfg.batch_size} is not divisible by world_size x "
+                        f"gradient_accumulation_steps = {world_size} x {cfg.gradient_accumulation_steps}")
+    if data_len is not None and cfg.block_size + 1 > data_len:
+        problems.append(f"block_size={cfg.block_size} needs at least {cfg.block_size + 1} tokens per split, "
+                        f"the data has {data_len}; lower block_size")
+    names = [f.name for f in dataclasses.fields(TrainConfig)]
+    for a, row in cfg.per_assignment.items():
+        for key in (row if isinstance(row, dict) else {}):
+            if key not in names or key in ("assignment", "per_assignment"):
+                problems.append(f"per_assignment[{a!r}]: {_unknown_key_message(key, names)}")
+    if isinstance(cfg.assignment, str):
+        names = valid_assignments()
+        if cfg.assignment not in names:
+            close = difflib.get_close_matches(cfg.assignment, names, n=1)
+            problems.append(f"unknown assignment {cfg.assignment!r}"
+                            + (f" (did you mean {close[0]!r}?)" if close else "")
+                            + f"; choose one of: {', '.join(names)}")
+    else:
+        problems.extend(_check_assignment_mapping(cfg.assignment))
+    if problems:
+        raise ValueError("bad training config: " + "; ".join(problems))
+    return cfg
+
+
+def _check_assignment_mapping(mapping: dict) -> list[str]:
+    """Each value is an optimizer name or [optimizer, manifold(, options)], as `assignments` reads them."""
+    from .manifolds import available_manifolds
+
+    try:
+        from .assignments import OPTIMIZERS
+    except ModuleNotFoundError:
+        OPTIMIZERS = ("muon", "manifold_muon", "macro", "muonh", "sso", "fso")
+    problems = []
+    for selector, rule in mapping.items():
+        rule = [rule] if isinstance(rule, str) else list(rule) if isinstance(rule, (list, tuple)) else [rule]
+        if not rule or rule[0] not in OPTIMIZERS:
+            problems.append(f"assignment[{selector!r}]: unknown optimizer {rule[0] if rule else None!r}; "
+                            f"choose one of: {', '.join(OPTIMIZERS)}")
+        elif len(rule) > 1 and rule[1] is not None and rule[1] not in available_manifolds():
+            problems.append(f"assignment[{selector!r}]: unknown manifold {rule[1]!r}; "
+                            f"choose one of: {', '.join(available_manifolds())}")
+    return problems
