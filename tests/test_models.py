@@ -97,7 +97,8 @@ def test_param_roles_cover_every_parameter_once(name):
 
 
 @pytest.mark.parametrize("config", [
-    GPTConfig.nano(), GPTConfig.nano(bias=False), GPTConfig(block_size=8, vocab_size=11, n_layer=1, n_head=3, n_embd=12),
+    GPTConfig.nano(), GPTConfig.nano(bias=False),
+    GPTConfig(block_size=8, vocab_size=11, n_layer=1, n_head=3, n_embd=12),
     Qwen3Config.nano(), Qwen3Config.nano(rmsnorm_free=True), Qwen3Config.nano(head_dim=6, ffn_dim=50),
 ])
 def test_parameter_count_formula_matches_built_model(config):
