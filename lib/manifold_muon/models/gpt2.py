@@ -266,7 +266,7 @@ def attention_probe(model: nn.Module, idx: torch.Tensor, layers=None, max_rows: 
         sum_s2, sum_s3 = (s**2).sum(1), (s**3).sum(1)
         stats[i] = {
             "logit_range": z_max - z_min,
-            "entropy": -(s * torch.log(s.clamp_min(1e-30))).sum(1),
+            "entropy": torch.special.entr(s).sum(1) + 0.0,  # entr(x) = -x log x, entr(0) = 0; + 0.0: no -0.0
             "jacobian_fro": (sum_s2 - 2 * sum_s3 + sum_s2**2).clamp_min(0).sqrt(),
             "row_length": (t + 1).float(),
         }
