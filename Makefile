@@ -40,7 +40,7 @@ reproduce: install  ## re-execute every run notebook at SCALE (default cpu), the
 
 test: install  ## lib tests, nbval on the chapters, every run notebook at its smoke preset
 	$(PY) -m pytest tests
-	$(PY) -m pytest --nbval chapters --nbval-sanitize-with chapters/nbval_sanitize.cfg -p no:cacheprovider
+	$(PY) -m pytest --nbval chapters/*.ipynb book/claims.ipynb --nbval-sanitize-with chapters/nbval_sanitize.cfg -p no:cacheprovider
 	$(PY) -m manifold_muon.pipeline smoke
 
 bench: install  ## micro-benchmarks, written under runs/bench/

@@ -85,6 +85,7 @@ def msign_newton_schulz(
     G: torch.Tensor, steps: int = 5, dtype: torch.dtype | None = None, eps: float = 1e-7
 ) -> torch.Tensor:
     """Jordan's quintic Newton-Schulz iteration for ``steps`` steps (Frobenius-normalised start)."""
+    _check_matrix(G)
     if steps < 1:
         raise ValueError(f"steps must be >= 1, got {steps}")
     return _iterate(G, [JORDAN_COEFFS] * steps, dtype or G.dtype, eps, 1.0)
@@ -141,6 +142,7 @@ def msign_polar_express(
     G: torch.Tensor, steps: int = 5, dtype: torch.dtype | None = None, eps: float = 1e-7, l0: float = 1e-3
 ) -> torch.Tensor:
     """Polar Express msign: ``steps`` minimax quintics, each tuned to where the last one left off."""
+    _check_matrix(G)
     return _iterate(G, polar_express_coefficients(steps, l0), dtype or G.dtype, eps, 1.01)
 
 

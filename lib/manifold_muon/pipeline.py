@@ -1,0 +1,249 @@
+"""What `make` executes: run notebooks (papermill) and chapters (Jupytext pairs), only when stale.
+
+Layout this module relies on:
+
+* ``runs/<name>.md``                 a run template (Jupytext MyST) with one ``parameters`` cell
+                                     (``scale``, ``seed`` and the knobs of that run); paired with
+                                     ``runs/<name>.ipynb`` (no outputs), the file papermill reads.
+* ``runs/presets/<name>.yml``        scale -> parameters for that run (``smoke``, ``cpu``, paper scales).
+* ``runs/<name>/<scale>/``           what one execution leaves: ``run.ipynb`` (executed) and
+                                     ``metrics.json`` (numbers + provenance + ``inputs_sha``).
+* ``chapters/*.md``, ``book/claims.md``  book pages (Jupytext MyST), paired with executed ``.ipynb``.
+
+Staleness is decided by content hashes, not file times (a fresh clone has arbitrary times):
+a run is stale when its ``metrics.json`` is missing or records another ``inputs_sha`` than the hash
+of its template and presets; a page is stale when its ``.ipynb`` records another hash than that of
+its ``.md``, the run outputs it can read, the claims ledger and the library source.
+
+Usage: ``python -m manifold_muon.pipeline {runs,chapters,smoke,status} [--scale S] [--force]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+import yaml
+
+__all__ = ["repo_root", "run_dir", "load_run_preset", "load_run_metrics", "run_inputs_sha", "page_inputs_sha"]
+
+SHA_KEY = "manifold_muon_inputs_sha"
+
+
+def repo_root(start: str | os.PathLike | None = None) -> Path:
+    """The book's root: the nearest folder at or above ``start`` (default: cwd) holding ``_config.yml``."""
+    here = Path(start or os.getcwd()).resolve()
+    for p in (here, *here.parents):
+        if (p / "_config.yml").exists() and (p / "runs").is_dir():
+            return p
+    pkg_root = Path(__file__).resolve().parents[2]  # editable install: lib/manifold_muon -> repo
+    if (pkg_root / "_config.yml").exists():
+        return pkg_root
+    raise FileNotFoundError(
+        f"no book root (a folder with _config.yml and runs/) at or above {here}; "
+        "run from inside the repository checkout"
+    )
+
+
+def _sha(*parts: bytes) -> str:
+    h = hashlib.sha256()
+    for p in parts:
+        h.update(hashlib.sha256(p).digest())
+    return h.hexdigest()[:16]
+
+
+def run_templates(root: Path) -> list[str]:
+    return sorted(p.stem for p in (root / "runs").glob("*.md") if (root / "runs" / "presets" / f"{p.stem}.yml").exists())
+
+
+def load_run_preset(name: str, scale: str, root: Path | None = None) -> dict:
+    """The parameters of run ``name`` at ``scale``; an unknown scale lists the valid ones."""
+    root = root or repo_root()
+    path = root / "runs" / "presets" / f"{name}.yml"
+    if not path.exists():
+        raise FileNotFoundError(f"no presets for run {name!r}: expected {path}")
+    presets = yaml.safe_load(path.read_text())
+    if scale not in presets:
+        raise ValueError(f"run {name!r} has no scale {scale!r}; choose one of: {', '.join(presets)}")
+    return dict(presets[scale])
+
+
+def run_dir(name: str, scale: str, root: Path | None = None) -> Path:
+    return (root or repo_root()) / "runs" / name / scale
+
+
+def run_inputs_sha(name: str, root: Path | None = None) -> str:
+    root = root or repo_root()
+    return _sha((root / "runs" / f"{name}.md").read_bytes(), (root / "runs" / "presets" / f"{name}.yml").read_bytes())
+
+
+def load_run_metrics(name: str, scale: str = "cpu", root: Path | None = None) -> dict:
+    """The metrics a run left at ``scale``, refusing ones produced from other inputs than today's."""
+    root = root or repo_root()
+    path = run_dir(name, scale, root) / "metrics.json"
+    if not path.exists():
+        raise FileNotFoundError(f"{path} is missing; produce it with `make runs SCALE={scale}`")
+    metrics = json.loads(path.read_text())
+    if metrics.get("inputs_sha") != run_inputs_sha(name, root):
+        raise RuntimeError(
+            f"{path} was produced from another version of runs/{name}.md or its presets; "
+            f"re-run it with `make runs SCALE={scale}`"
+        )
+    return metrics
+
+
+def _lib_sha(root: Path) -> bytes:
+    files = sorted((root / "lib").rglob("*.py"))
+    return b"".join(f.relative_to(root).as_posix().encode() + f.read_bytes() for f in files)
+
+
+def _run_outputs_sha(root: Path) -> bytes:
+    files = sorted((root / "runs").glob("*/*/metrics.json"))
+    return b"".join(f.relative_to(root).as_posix().encode() + f.read_bytes() for f in files if "_smoke" not in f.parts)
+
+
+def pages(root: Path) -> list[Path]:
+    return sorted((root / "chapters").glob("*.md")) + [p for p in [root / "book" / "claims.md"] if p.exists()]
+
+
+def page_inputs_sha(md: Path, root: Path) -> str:
+    claims = root / "book" / "claims.yml"
+    return _sha(md.read_bytes(), _run_outputs_sha(root), claims.read_bytes() if claims.exists() else b"", _lib_sha(root))
+
+
+def _stored_sha(ipynb: Path) -> str | None:
+    if not ipynb.exists():
+        return None
+    try:
+        return json.loads(ipynb.read_text()).get("metadata", {}).get(SHA_KEY)
+    except json.JSONDecodeError:
+        return None
+
+
+def _md_to_ipynb(md: Path, ipynb: Path, keep_outputs: bool) -> None:
+    import jupytext
+
+    nb = jupytext.read(md)
+    nb.metadata.setdefault("kernelspec", {"name": "python3", "display_name": "Python 3", "language": "python"})
+    nb.metadata["jupytext"] = {"formats": "ipynb,md:myst"}
+    if not keep_outputs:
+        for cell in nb.cells:
+            if cell.cell_type == "code":
+                cell.outputs, cell.execution_count = [], None
+    tmp = ipynb.with_name(f".{ipynb.stem}.tmp.ipynb")
+    jupytext.write(nb, tmp, fmt="ipynb")
+    os.replace(tmp, ipynb)
+
+
+def _execute(src: Path, dst: Path, cwd: Path, parameters: dict | None, timeout: int = 3600) -> float:
+    import papermill as pm
+
+    tmp = dst.with_name(f".{dst.stem}.tmp.ipynb")
+    t0 = time.perf_counter()
+    try:
+        pm.execute_notebook(
+            str(src), str(tmp), parameters=parameters or {}, cwd=str(cwd), kernel_name="python3",
+            progress_bar=False, execution_timeout=timeout, request_save_on_cell_execute=False,
+        )
+    except BaseException:
+        failed = dst.with_name(f"{dst.stem}.failed.ipynb")
+        if tmp.exists():
+            os.replace(tmp, failed)
+            print(f"  the executed notebook with the error is in {failed}", file=sys.stderr)
+        raise
+    os.replace(tmp, dst)
+    return time.perf_counter() - t0
+
+
+def do_runs(root: Path, scale: str, force: bool, only: list[str] | None = None, out_root: Path | None = None) -> list[str]:
+    done = []
+    for name in only or run_templates(root):
+        load_run_preset(name, scale, root)  # refuse an unknown scale before any work
+        template_md, template_nb = root / "runs" / f"{name}.md", root / "runs" / f"{name}.ipynb"
+        _md_to_ipynb(template_md, template_nb, keep_outputs=False)
+        out = (out_root or root / "runs") / name / scale
+        metrics = out / "metrics.json"
+        sha = run_inputs_sha(name, root)
+        if not force and metrics.exists() and json.loads(metrics.read_text()).get("inputs_sha") == sha:
+            print(f"[runs] {name} @ {scale}: up to date")
+            continue
+        out.mkdir(parents=True, exist_ok=True)
+        print(f"[runs] {name} @ {scale}: executing ...", flush=True)
+        dt = _execute(template_nb, out / "run.ipynb", root / "runs",
+                      {"scale": scale, "out_dir": str(out), "inputs_sha": sha})
+        if not metrics.exists():
+            raise RuntimeError(f"runs/{name}.md ran but wrote no {metrics}; it must end by writing its metrics")
+        print(f"[runs] {name} @ {scale}: done in {dt:.1f} s")
+        done.append(name)
+    return done
+
+
+def do_chapters(root: Path, force: bool) -> list[str]:
+    done = []
+    for md in pages(root):
+        ipynb = md.with_suffix(".ipynb")
+        sha = page_inputs_sha(md, root)
+        if not force and _stored_sha(ipynb) == sha:
+            print(f"[pages] {md.relative_to(root)}: up to date")
+            continue
+        print(f"[pages] {md.relative_to(root)}: executing ...", flush=True)
+        _md_to_ipynb(md, ipynb, keep_outputs=False)
+        dt = _execute(ipynb, ipynb, md.parent, None)
+        nb = json.loads(ipynb.read_text())
+        nb["metadata"][SHA_KEY] = sha
+        nb["metadata"].pop("papermill", None)
+        for cell in nb["cells"]:
+            cell.get("metadata", {}).pop("papermill", None)
+            cell.get("metadata", {}).pop("execution", None)
+        tmp = ipynb.with_name(f".{ipynb.stem}.tmp.ipynb")
+        tmp.write_text(json.dumps(nb, indent=1, ensure_ascii=False) + "\n")
+        os.replace(tmp, ipynb)
+        print(f"[pages] {md.relative_to(root)}: done in {dt:.1f} s")
+        done.append(str(md.relative_to(root)))
+    return done
+
+
+def do_smoke(root: Path) -> None:
+    """Every run notebook at its ``smoke`` preset, into runs/_smoke/ (git-ignored); fails loudly."""
+    names = run_templates(root)
+    if not names:
+        raise RuntimeError("no run notebooks found under runs/ (each needs runs/<name>.md and runs/presets/<name>.yml)")
+    do_runs(root, "smoke", force=True, out_root=root / "runs" / "_smoke")
+    print(f"[smoke] {len(names)} run notebook(s) executed at scale=smoke: {', '.join(names)}")
+
+
+def status(root: Path, scale: str) -> None:
+    for name in run_templates(root):
+        m = run_dir(name, scale, root) / "metrics.json"
+        ok = m.exists() and json.loads(m.read_text()).get("inputs_sha") == run_inputs_sha(name, root)
+        print(f"run  {name:30s} {scale:8s} {'up to date' if ok else 'STALE'}")
+    for md in pages(root):
+        ok = _stored_sha(md.with_suffix(".ipynb")) == page_inputs_sha(md, root)
+        print(f"page {str(md.relative_to(root)):30s} {'':8s} {'up to date' if ok else 'STALE'}")
+
+
+def main(argv=None) -> None:
+    ap = argparse.ArgumentParser(prog="python -m manifold_muon.pipeline", description=__doc__.split("\n")[0])
+    ap.add_argument("what", choices=["runs", "chapters", "smoke", "status"])
+    ap.add_argument("--scale", default="cpu")
+    ap.add_argument("--force", action="store_true", help="execute even what is up to date")
+    ap.add_argument("--only", nargs="*", help="run names (runs only)")
+    args = ap.parse_args(argv)
+    root = repo_root()
+    if args.what == "runs":
+        do_runs(root, args.scale, args.force, args.only)
+    elif args.what == "chapters":
+        do_chapters(root, args.force)
+    elif args.what == "smoke":
+        do_smoke(root)
+    else:
+        status(root, args.scale)
+
+
+if __name__ == "__main__":
+    main()

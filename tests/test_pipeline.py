@@ -1,0 +1,73 @@
+"""The pipeline that `make` drives: stored outputs match their inputs, stale ones are refused."""
+
+import json
+import shutil
+from pathlib import Path
+
+import jupytext
+import nbformat
+import pytest
+
+from manifold_muon import pipeline
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_every_run_has_presets_with_smoke_and_cpu():
+    names = pipeline.run_templates(ROOT)
+    assert "msign_accuracy" in names
+    for name in names:
+        for scale in ("smoke", "cpu"):
+            assert pipeline.load_run_preset(name, scale, ROOT)
+
+
+@pytest.mark.parametrize("name", pipeline.run_templates(ROOT))
+def test_stored_cpu_outputs_were_made_from_todays_template(name):
+    """Editing a run template or its presets without re-running it (`make runs`) fails here."""
+    metrics = pipeline.load_run_metrics(name, "cpu", ROOT)
+    assert metrics["provenance"]["commit"] and metrics["provenance"]["torch_version"]
+    assert metrics["provenance"]["wall_time_s"] > 0
+
+
+@pytest.mark.parametrize("md", pipeline.pages(ROOT), ids=lambda p: p.name)
+def test_committed_notebook_has_the_cells_of_its_markdown(md):
+    """The executed .ipynb next to each page is the pair of today's .md (`make chapters` re-pairs)."""
+    ipynb = md.with_suffix(".ipynb")
+    assert ipynb.exists(), f"{ipynb} missing: run `make chapters`"
+    src = [(c.cell_type, c.source.strip()) for c in jupytext.read(md).cells]
+    got = [(c.cell_type, c.source.strip()) for c in nbformat.read(ipynb, as_version=4).cells]
+    assert src == got, f"{ipynb.name} was executed from another version of {md.name}: run `make chapters`"
+    nb = nbformat.read(ipynb, as_version=4)
+    assert all(c.get("outputs") is not None for c in nb.cells if c.cell_type == "code")
+
+
+def test_unknown_scale_is_refused_with_the_valid_ones():
+    with pytest.raises(ValueError, match="choose one of: smoke, cpu"):
+        pipeline.load_run_preset("msign_accuracy", "tpu", ROOT)
+    with pytest.raises(ValueError, match="no scale"):
+        pipeline.do_runs(ROOT, "tpu", force=False)
+
+
+def test_stale_metrics_are_refused(tmp_path):
+    root = tmp_path / "book"
+    (root / "runs" / "presets").mkdir(parents=True)
+    (root / "_config.yml").write_text("title: t\n")
+    shutil.copy(ROOT / "runs" / "msign_accuracy.md", root / "runs")
+    shutil.copy(ROOT / "runs" / "presets" / "msign_accuracy.yml", root / "runs" / "presets")
+    out = pipeline.run_dir("msign_accuracy", "cpu", root)
+    out.mkdir(parents=True)
+    sha = pipeline.run_inputs_sha("msign_accuracy", root)
+    (out / "metrics.json").write_text(json.dumps({"inputs_sha": sha, "x": 1}))
+    assert pipeline.load_run_metrics("msign_accuracy", "cpu", root)["x"] == 1
+    with open(root / "runs" / "presets" / "msign_accuracy.yml", "a") as f:
+        f.write("\n# an edit\n")
+    with pytest.raises(RuntimeError, match="re-run it"):
+        pipeline.load_run_metrics("msign_accuracy", "cpu", root)
+    with pytest.raises(FileNotFoundError, match="make runs SCALE=gpu"):
+        pipeline.load_run_metrics("msign_accuracy", "gpu", root)
+
+
+def test_repo_root_outside_a_checkout_says_what_to_do(tmp_path, monkeypatch):
+    monkeypatch.setattr(pipeline, "__file__", str(tmp_path / "x" / "y" / "pipeline.py"))
+    with pytest.raises(FileNotFoundError, match="run from inside the repository"):
+        pipeline.repo_root(tmp_path)
