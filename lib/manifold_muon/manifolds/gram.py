@@ -58,18 +58,25 @@ def gram_multiplier(W: torch.Tensor, S: torch.Tensor, P) -> torch.Tensor:
 def polar(X: torch.Tensor, method: str = "polar_express", steps: int = 8) -> torch.Tensor:
     """The orthonormal polar factor Q of a tall X (Q^T Q = I), also when X is rank-deficient.
 
-    Iterative methods are followed by one cubic Newton-Schulz step Q <- Q (3 I - Q^T Q) / 2, which
-    squares the remaining singular-value error (so ~1e-6 after Polar Express becomes ~1e-12). A
-    matrix the iteration leaves off the manifold (rank-deficient X: its zero singular values stay
-    zero) is recomputed by an SVD that keeps every singular direction, so Q^T Q = I always.
+    Iterative methods are followed by cubic Newton-Schulz steps Q <- Q (3 I - Q^T Q) / 2 (each squares
+    the singular-value error: ~1e-6 after Polar Express becomes ~1e-12 in one step; Jordan's
+    Newton-Schulz, which leaves errors up to ~0.3, needs about four) until max|Q^T Q - I| is at the
+    rounding level 8 eps sqrt(m), at most six steps. A matrix still off the manifold after that
+    (rank-deficient X: its zero singular values stay zero) is recomputed by an SVD that keeps every
+    singular direction, so Q^T Q = I always.
     """
     if method == "svd":
         U, _, Vh = torch.linalg.svd(X, full_matrices=False)
         return U @ Vh
     eye = torch.eye(X.size(-1), dtype=X.dtype, device=X.device)
+    tol = 8 * torch.finfo(X.dtype).eps * X.size(-2) ** 0.5  # rounding level of the entries of Q^T Q
     Q = msign(X, method=method, steps=steps, dtype=X.dtype)
-    Q = Q @ (1.5 * eye - 0.5 * (Q.mT @ Q))
-    bad = (Q.mT @ Q - eye).abs().amax(dim=(-2, -1)) > 1e-2
+    for _ in range(6):
+        Q = Q @ (1.5 * eye - 0.5 * (Q.mT @ Q))
+        err = (Q.mT @ Q - eye).abs().amax(dim=(-2, -1))
+        if bool((err < tol).all()):
+            break
+    bad = err > 1e-2
     if bad.any():
         Q, Xb, bad = Q.reshape(-1, *Q.shape[-2:]).clone(), X.reshape(-1, *X.shape[-2:]), bad.reshape(-1)
         U, _, Vh = torch.linalg.svd(Xb[bad], full_matrices=False)
@@ -185,7 +192,9 @@ class DGram(GramManifold):
     * ``"msign"`` (default): Q = msign(X), then W = Q diag(diag(Q^T X)): each column of Q scaled by
       the least-squares fit of X's column onto it. One msign. It is the identity on the manifold
       (X = Q0 D with Q0 orthonormal, D > 0 diagonal gives msign(X) = Q0, diag(Q0^T X) = D) and a
-      first-order retraction: for a tangent A, d/dt R(W + tA) at 0 equals A (derived in the book).
+      first-order retraction: with W = Q0 D, a tangent A has S = W^T A + A^T W diagonal, so
+      d msign(W + tA)/dt = A D^-1 - Q0 D^-2 S / 2 and d diag(Q^T X)/dt = diag(Q0^T A); their sum in
+      dR/dt = dQ/dt D + Q0 diag(dd/dt) is A - Q0 diag(Q0^T A) + Q0 diag(Q0^T A) = A.
     * ``"svd_post"``: the post's W -> U V^T diag(Sigma) for X = U Sigma V^T. It lands on the manifold
       (orthonormal columns of U V^T, each scaled), but it pairs column j with the j-th LARGEST
       singular value, so it permutes the column norms of a point already on the manifold unless they

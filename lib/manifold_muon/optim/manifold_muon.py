@@ -54,10 +54,7 @@ class ManifoldMuon(torch.optim.Optimizer):
         defaults = dict(lr=lr, momentum=momentum, nesterov=nesterov, manifold=manifold, inner=inner,
                         inner_steps=inner_steps, alpha=alpha, rho=rho, tol=tol, warm_start=warm_start,
                         msign_method=msign_method, msign_steps=msign_steps)
-        super().__init__(params, defaults)
-        check_matrix_params(self.param_groups, "ManifoldMuon")
-        for group in self.param_groups:
-            self._check_group(group)
+        super().__init__(params, defaults)  # each group is checked by add_param_group
 
     @staticmethod
     def _check_group(group):
@@ -81,9 +78,8 @@ class ManifoldMuon(torch.optim.Optimizer):
 
     def add_param_group(self, param_group):
         super().add_param_group(param_group)
-        if hasattr(self, "state") and len(self.param_groups) > 1:  # groups added after construction
-            check_matrix_params([self.param_groups[-1]], "ManifoldMuon")
-            self._check_group(self.param_groups[-1])
+        check_matrix_params([self.param_groups[-1]], "ManifoldMuon")
+        self._check_group(self.param_groups[-1])
 
     def state_dict(self):
         sd = super().state_dict()
