@@ -131,12 +131,15 @@ def _md_to_ipynb(md: Path, ipynb: Path, keep_outputs: bool) -> None:
     nb = jupytext.read(md)
     nb.metadata.setdefault("kernelspec", {"name": "python3", "display_name": "Python 3", "language": "python"})
     nb.metadata["jupytext"] = {"formats": "ipynb,md:myst"}
-    if not keep_outputs:
-        for cell in nb.cells:
-            if cell.cell_type == "code":
-                cell.outputs, cell.execution_count = [], None
+    for i, cell in enumerate(nb.cells):
+        cell.id = hashlib.sha1(f"{i}:{cell.source}".encode()).hexdigest()[:8]  # stable ids: no git noise
+        if cell.cell_type == "code" and not keep_outputs:
+            cell.outputs, cell.execution_count = [], None
+    text = jupytext.writes(nb, fmt="ipynb")
+    if ipynb.exists() and ipynb.read_text() == text:
+        return  # unchanged: leave the file (and its time) alone
     tmp = ipynb.with_name(f".{ipynb.stem}.tmp.ipynb")
-    jupytext.write(nb, tmp, fmt="ipynb")
+    tmp.write_text(text)
     os.replace(tmp, ipynb)
 
 
