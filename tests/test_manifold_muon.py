@@ -237,3 +237,13 @@ def test_inner_solvers_with_iterative_msign_are_usable():
     pe = functools.partial(__import__("manifold_muon.msign", fromlist=["msign"]).msign, method="polar_express", steps=8)
     A, _, _ = dual_ascent(W.float(), G.float(), M.gram_projector, steps=200, msign_fn=pe)
     assert (A.double() - A_ref).norm() <= 0.05 * A_ref.norm()
+
+
+@pytest.mark.parametrize("n", [4, 6])
+def test_square_stiefel_is_solved_by_the_initial_multiplier(n):
+    """On a square Stiefel point the tangent space is W * skew, and msign(tangent projection of G) is already
+    the maximiser: zero dual-ascent steps reach the reference (the post tunes alpha on this case)."""
+    M, W, G = problem("stiefel", (n, n), 4)
+    A_ref, _, _ = exact_solution(W, G, M.gram_projector, steps=300)
+    A, _, hist = dual_ascent(W, G, M.gram_projector, steps=0, msign_fn=msign_exact)
+    assert hist == [] and torch.allclose(A, A_ref, atol=1e-8)

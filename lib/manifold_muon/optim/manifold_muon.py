@@ -8,7 +8,7 @@ Per matrix W on its manifold, with gradient g:
 
 No weight decay: it would push W off its manifold (as in the post). Precision: the step is computed
 in float32 (float64 stays float64) and cast back, so bfloat16 weights are updated in float32 and
-rounded once; a bfloat16 weight is then only as close to its manifold as bfloat16 rounding allows.
+rounded once (the momentum buffer is kept in float32); a bfloat16 weight is then only as close to its manifold as bfloat16 rounding allows.
 Non-finite gradients raise a ``FloatingPointError`` before any weight or buffer is touched (skip the
 step yourself, e.g. with a grad scaler, if you want to continue). A matrix whose direction G is
 exactly zero is left unchanged. Call ``retract_parameters()`` once to put freshly initialised weights
@@ -41,7 +41,8 @@ class ManifoldMuon(torch.optim.Optimizer):
         lr: step length of W - lr * A (A has unit singular values).
         momentum, nesterov: Muon momentum on the gradient.
         manifold: "stiefel", "dgram", "oblique" (Gram-space manifolds) or such an instance.
-        inner: "dual_ascent" (Bernstein) or "admm" (Buchanan); inner_steps iterations.
+        inner: "dual_ascent" (Bernstein) or "admm" (Buchanan); inner_steps iterations. inner_steps=0 with
+            dual ascent is the one-msign solver A = msign(tangent projection of G).
         alpha: dual-ascent step (linear decay to 0); rho: ADMM penalty (None: 1/sqrt(n)).
         tol: per-matrix early stop on ||H||_RMS (None: always run inner_steps).
         warm_start: keep Lambda in the state between optimizer steps and start the next solve from it.
