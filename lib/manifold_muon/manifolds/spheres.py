@@ -158,8 +158,13 @@ class SpectralSphere(_NormSphere):
     def rule(D_out, D_in):
         return math.sqrt(D_out / D_in)
 
-    def norm(self, X):
+    def _sigma1(self, X):
+        if self.power_iters is None:
+            return torch.linalg.matrix_norm(_work(X), ord=2)  # singular values only: cheaper than a full SVD
         return top_singular_pair(X, self.power_iters)[0]
+
+    def norm(self, X):
+        return self._sigma1(X)
 
     def normal(self, W):
         _, u, v = top_singular_pair(W, self.power_iters)
@@ -176,7 +181,7 @@ class SpectralSphere(_NormSphere):
         check_matrix(X, "SpectralSphere.retract")
         Y, R = _work(X), self.radius(X.shape)
         if self.retraction == "approx":
-            s1 = top_singular_pair(Y, self.power_iters)[0]
+            s1 = self._sigma1(Y)
             return (R * Y / s1.clamp_min(_TINY)[..., None, None]).to(X.dtype)
         U, s, Vh = torch.linalg.svd(Y, full_matrices=False)
         s = s.clamp(max=R)
