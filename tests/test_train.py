@@ -151,6 +151,31 @@ def test_every_preset_loads_and_validates():
         validate(load_preset(name))
 
 
+@pytest.mark.parametrize("name", ["gpt2-124m", "qwen3-120m", "qwen3-330m", "qwen3-1b"])
+def test_paper_presets_build_their_optimizers_for_every_listed_assignment(name):
+    """Shrunk to a toy model: every per-assignment row must be accepted by the real builder."""
+    from manifold_muon.assignments import build_optimizers
+
+    cfg = load_preset(name)
+    small = dict(n_layer=1, n_head=2, n_embd=32, block_size=16, **({"n_kv_head": 1} if cfg.family == "qwen3" else {}))
+    for a in {cfg.assignment, *cfg.per_assignment}:
+        c = load_preset(name, assignment=a, **small)
+        model = T.build_model(c, 64)
+        opts = build_optimizers(model, c.assignment, lr=c.lr, adamw_lr=c.adamw_lr, **c.optimizer)
+        assert opts and all(g["lr"] == c.lr for o in opts[:-1] for g in o.param_groups)
+        assert opts[-1].param_groups[0]["lr"] == c.adamw_lr
+
+
+def test_per_assignment_rows_fill_in_below_explicit_overrides():
+    assert load_preset("qwen3-120m", assignment="muon").lr == 0.03  # Table 12, 120M
+    assert load_preset("qwen3-1b", assignment="macro_spec").lr == 0.007
+    assert load_preset("qwen3-1b", assignment="macro_spec").optimizer["split_qkv"] is True
+    assert load_preset("qwen3-120m", assignment="muon", lr=0.05).lr == 0.05
+    c = load_preset("gpt2-124m", assignment="hetero", optimizer={"inner_steps": 5})
+    assert c.optimizer == {"alpha": 0.1, "inner_steps": 5}
+    assert load_preset("gpt2-124m", assignment="unconstrained").optimizer == {}
+
+
 def test_parse_overrides_reads_yaml_values():
     assert parse_overrides(["lr=0.01", "bias=false", "optimizer={alpha: 0.1}"]) == {
         "lr": 0.01, "bias": False, "optimizer": {"alpha": 0.1}}
@@ -226,7 +251,7 @@ def _cli(args, **kw):
 
 
 def test_a_run_killed_after_a_checkpoint_resumes_to_the_same_weights(tmp_path):
-    common = ["--preset", "cpu-tiny", "--no-progress", "--set", "max_steps=60", "--set", "checkpoint_every=10",
+    common = ["--preset", "cpu-tiny", "--no-progress", "--set", "max_steps=40", "--set", "checkpoint_every=10",
               "--set", "eval_every=20"]
     whole = _cli([*common, "--out-dir", str(tmp_path / "whole")])
     killed_dir = tmp_path / "killed"
@@ -241,7 +266,7 @@ def test_a_run_killed_after_a_checkpoint_resumes_to_the_same_weights(tmp_path):
     assert killed.returncode == -signal.SIGKILL
     assert not (killed_dir / "status.json").exists(), "the run finished before it could be killed"
     ck = torch.load(killed_dir / "checkpoint.pt", weights_only=False)
-    assert 0 < ck["step"] < 60 and not ck["done"]
+    assert 0 < ck["step"] < 40 and not ck["done"]
     resumed = _cli([*common, "--out-dir", str(killed_dir)])
     for p in (whole, resumed):
         out, err = p.communicate(timeout=120)
@@ -280,6 +305,15 @@ def test_two_gloo_processes_take_the_same_steps_as_one(tmp_path):
                            T.build_model(load_preset("cpu-tiny"), 256).state_dict()["transformer.h.0.mlp.c_fc.weight"])
     losses = [[r["loss"] for r in read_jsonl(tmp_path / d / "metrics.jsonl") if r["kind"] == "step"] for d in ("one", "two")]
     assert losses[0] == losses[1] and len(losses[0]) == 3
+
+
+def test_training_benchmark_times_an_assignment(tmp_path):
+    from manifold_muon.bench.training import time_assignment
+
+    r = time_assignment("cpu-tiny", "hetero", steps=2, out_dir=tmp_path, n_layer=1)
+    assert r["status"] == "completed" and r["steps_timed"] == 1
+    assert 0 < r["optimizer_share"] < 1 and r["tokens_per_s"] > 0
+    assert r["step_s"] == pytest.approx(r["fb_s"] + r["opt_s"])
 
 
 if __name__ == "__main__":

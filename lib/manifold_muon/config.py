@@ -87,6 +87,7 @@ class TrainConfig:
     checkpoint_every: int = 0         # 0 = only at the end
     out_dir: str | None = None
     device: str = "auto"              # auto | cpu | cuda
+    threads: int = 0                  # torch CPU threads; 0 = torch's default
 
     @classmethod
     def from_dict(cls, d: dict) -> "TrainConfig":
@@ -219,7 +220,7 @@ def validate(cfg: TrainConfig, data_len: int | None = None, world_size: int = 1)
                  "block_size", "max_steps", "eval_every", "eval_batches", "probe_rows"):
         if getattr(cfg, name) < 1:
             problems.append(f"{name}={getattr(cfg, name)} must be at least 1")
-    for name in ("warmup", "spectrum_every", "probe_every", "checkpoint_every"):
+    for name in ("warmup", "spectrum_every", "probe_every", "checkpoint_every", "threads"):
         if getattr(cfg, name) < 0:
             problems.append(f"{name}={getattr(cfg, name)} must be 0 or more")
     for name in ("lr", "adamw_lr"):

@@ -98,7 +98,7 @@ class _Data:
         T = self.cfg.block_size
         if self.cfg.data == "synthetic":
             X = torch.randint(self.vocab_size, (n, T + 1), generator=generator)
-            return X[:, :-1].to(self.device), X[:, 1:].to(self.device)
+            return X[:, :-1].contiguous().to(self.device), X[:, 1:].contiguous().to(self.device)
         return self._get_batch(split, n, T, generator, self.device, data_dir=self._dir)
 
 
@@ -362,6 +362,8 @@ def train(cfg: TrainConfig | dict, resume: bool = True, progress: bool = True) -
     else:
         device = "cpu"
     is_cuda = device.startswith("cuda")
+    if cfg.threads:
+        torch.set_num_threads(cfg.threads)
     if is_cuda:
         torch.cuda.set_device(device)
     ctx = (torch.autocast("cuda", dtype=torch.bfloat16) if is_cuda and cfg.dtype == "bfloat16"
@@ -424,7 +426,7 @@ def train(cfg: TrainConfig | dict, resume: bool = True, progress: bool = True) -
     def checkpoint(step: int, finished: bool) -> None:
         opt_states = [opt.state_dict() for opt in optimizers]
         if world > 1:
-            torch.save(opt_states, shard_path(step, rank))
+            _save(shard_path(step, rank), opt_states)
             dist.barrier()
         if main_rank:
             _save(ckpt_path, {

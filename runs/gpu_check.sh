@@ -1,0 +1,76 @@
+#!/usr/bin/env bash
+# One short check for a lent GPU (written for one H200; about 8 minutes): 30 steps of the gpt2-124m
+# preset (GPT-2 124M, 64 x 1024 tokens per step, bf16 autocast) per assignment, the post's five and
+# 003's seven optimizers, and the per-step time of each as a ratio to plain Muon, printed next to the
+# post's 5.8x (All Stiefel), 8.3x (Hetero) and 13.6x (All DGram) measured on an H100.
+#
+#   bash runs/gpu_check.sh            # results also in $OUT/gpu_check.json (or runs/bench/)
+#   PRESET=cpu-tiny STEPS=8 DEVICE=cpu bash runs/gpu_check.sh      # a dry run of the script on a CPU
+#
+# The tokens are random (data=synthetic, vocab 50304): the machine has no network for OpenWebText,
+# and speed does not depend on the tokens. Steps 0-4 (allocation, cuBLAS/cuSOLVER warm-up) are left
+# out of the median. Runs go fastest-first and the driver stops starting new ones after BUDGET_S
+# seconds, so a slow machine still reports the ones that fit; each row is printed as it finishes.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+PY=${PYTHON:-.venv/bin/python}
+[ -x "$PY" ] || PY=python3
+export PYTHONPATH="$PWD/lib${PYTHONPATH:+:$PYTHONPATH}"
+RESULT_DIR=${OUT:-runs/bench}
+mkdir -p "$RESULT_DIR"
+nvidia-smi --query-gpu=name,memory.total --format=csv,noheader || true
+
+export PRESET=${PRESET:-gpt2-124m} STEPS=${STEPS:-30} DEVICE=${DEVICE:-cuda}
+BUDGET_S=${BUDGET_S:-420} RESULT_DIR="$RESULT_DIR" timeout 540 "$PY" - <<'EOF'
+import json, os, statistics, tempfile, time
+from pathlib import Path
+
+import torch
+
+from manifold_muon.config import load_preset
+from manifold_muon.provenance import provenance, write_json_atomic
+from manifold_muon.train import train
+
+order = ["unconstrained", "muon", "all_stiefel", "hetero", "macro_fro", "macro_spec", "muonh_fro",
+         "muonh_spec", "all_dgram", "hetero_inv", "fso", "sso"]
+post = {"all_stiefel": 5.8, "hetero": 8.3, "all_dgram": 13.6}
+budget, t0, rows = float(os.environ["BUDGET_S"]), time.perf_counter(), {}
+preset, steps, device = os.environ["PRESET"], int(os.environ["STEPS"]), os.environ["DEVICE"]
+cuda = device == "cuda"
+vocab = {} if load_preset(preset).vocab_size else {"vocab_size": 256}
+out = Path(os.environ["RESULT_DIR"]) / "gpu_check.json"
+print(f"torch {torch.__version__}, {torch.cuda.get_device_name(0) if cuda else 'cpu'}, {preset}, {steps} steps",
+      flush=True)
+print(f"{'assignment':14s} {'ms/step':>9s} {'opt ms':>9s} {'ratio':>7s} {'post':>6s}  status", flush=True)
+with tempfile.TemporaryDirectory() as tmp:
+    for a in order:
+        if time.perf_counter() - t0 > budget:
+            print(f"{a:14s} skipped: the {budget:.0f} s budget is spent", flush=True)
+            continue
+        cfg = load_preset(preset, assignment=a, data="synthetic", max_steps=steps, warmup=3,
+                          eval_every=10**9, eval_batches=1, probe_every=0, spectrum_every=0,
+                          checkpoint_every=0, device=device, out_dir=f"{tmp}/{a}", **vocab)
+        try:
+            s = train(cfg, resume=False, progress=False)
+        except Exception as e:  # report and go on: one broken optimizer must not hide the others
+            print(f"{a:14s} failed: {type(e).__name__}: {e}", flush=True)
+            rows[a] = {"status": f"failed: {type(e).__name__}: {e}"}
+            continue
+        recs = [json.loads(l) for l in open(f"{tmp}/{a}/metrics.jsonl")]
+        st = [r for r in recs if r["kind"] == "step"][5:]
+        step = statistics.median(r["time_fb_s"] + r["time_opt_s"] for r in st) if st else float("nan")
+        opt = statistics.median(r["time_opt_s"] for r in st) if st else float("nan")
+        rows[a] = {"status": s["status"], "step_s": step, "opt_s": opt, "steps_timed": len(st)}
+        if cuda:
+            rows[a]["peak_mem_gb"] = torch.cuda.max_memory_allocated() / 2**30
+            torch.cuda.reset_peak_memory_stats()
+        base = rows.get("unconstrained", {}).get("step_s")
+        ratio = step / base if base else float("nan")
+        rows[a]["ratio_to_unconstrained"] = ratio
+        claimed = f"{post[a]:5.1f}x" if a in post else f"{'-':>6s}"
+        print(f"{a:14s} {1e3 * step:9.1f} {1e3 * opt:9.1f} {ratio:6.1f}x {claimed}  {s['status']}", flush=True)
+        write_json_atomic(out, {"rows": rows, "post_ratios_h100": post, "provenance": provenance(
+            parameters={"preset": preset, "steps": steps, "data": "synthetic", "device": device},
+            wall_time_s=time.perf_counter() - t0)})
+print(f"total {time.perf_counter() - t0:.0f} s; written {out}", flush=True)
+EOF
