@@ -12,7 +12,8 @@ Presets: "cpu" (4 layers, d = 128), "gpt2_small" (12 layers, d = 768; on a CPU-o
 to Muon is unchanged, and says so in the output), "quick" (2 layers, d = 64).
 Variants time the same step with one setting changed: Muon's msign in float32 (its default bfloat16
 Newton-Schulz is slow on CPUs without bf16 matmul units, which flatters every fp32 optimizer on CPU),
-and the spectral sphere's top singular pair by 10 power iterations instead of an SVD.
+the spectral sphere's top singular pair by 10 power iterations instead of an SVD, and Hetero with ADMM
+(10 iterations) or with 5 warm-started dual-ascent iterations instead of 20 cold ones.
 Target reported against: Hetero's step <= 3x Muon's. Measures; asserts nothing about speed.
 """
 
@@ -32,7 +33,9 @@ CONDITIONS = ("unconstrained", "all_stiefel", "all_dgram", "hetero", "hetero_inv
 # informative variants: (label, assignment, build_optimizers overrides)
 VARIANTS = (("unconstrained[msign fp32]", "unconstrained", dict(msign_dtype=torch.float32)),
             ("macro_spec[power 10]", "macro_spec", dict(manifold_kwargs=dict(power_iters=10))),
-            ("muonh_spec[power 10]", "muonh_spec", dict(manifold_kwargs=dict(power_iters=10))))
+            ("muonh_spec[power 10]", "muonh_spec", dict(manifold_kwargs=dict(power_iters=10))),
+            ("hetero[admm 10]", "hetero", dict(inner="admm", inner_steps=10)),
+            ("hetero[dual ascent 5, warm]", "hetero", dict(inner_steps=5, warm_start=True)))
 BASELINE = "unconstrained"  # Muon on every block matrix, at its defaults (Newton-Schulz in bfloat16)
 TARGET = {"hetero": 3.0}
 
