@@ -20,7 +20,9 @@ float32 for bf16/fp16 weights (cast back after the step; momentum kept in float3
 own dtype (float32 or float64).
 
 Hyper-parameter defaults: beta = 0.9 (003, D.3), c = 1.0 (003 does not state its c for Table 4),
-SSO/FSO bisection tolerance 1e-4 and at most 10 iterations (D.3).
+SSO/FSO bisection tolerance 1e-4 and at most 10 iterations (D.3). ``weight_decay`` shrinks W before the
+retraction, W <- P_M((1 - lr wd) W - lr step); 003 runs with 0. A retraction that rescales (Frobenius,
+oblique, approximate spectral) undoes most of the shrink: what is left is a step lr / (1 - lr wd) instead of lr.
 """
 
 from __future__ import annotations
@@ -181,7 +183,7 @@ class _SphereOptimizer(torch.optim.Optimizer):
             st["momentum_buffer"].lerp_(p.grad.to(dtype), 1 - beta)  # M = beta M + (1 - beta) G
         k = group["split"]  # k > 1: each matrix is k row blocks, each on its own sphere (a batch dimension)
         blocks = (k, ps[0].shape[0] // k, ps[0].shape[1]) if k > 1 else ps[0].shape
-        W = torch.stack([p.to(dtype).view(blocks) for p in ps])
+        W = torch.stack([p.to(dtype).reshape(blocks) for p in ps])
         M = torch.stack([self.state[p]["momentum_buffer"].view(blocks) for p in ps])
         R = manifold.radius(W.shape) if callable(getattr(manifold, "radius", None)) else 1.0
         O = self.direction(manifold, W, M, group, [self.state[p] for p in ps])
