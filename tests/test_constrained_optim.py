@@ -330,3 +330,21 @@ def test_frobenius_constraint_is_not_invariant_under_qkv_split():
         out.append(p.detach())
     assert (out[0] - out[1]).norm() > 1e-3
     assert torch.linalg.matrix_norm(out[0].view(3, d, d)).sub(d ** 0.5).abs().max() > 1e-3, "fused: blocks drift"
+
+
+@pytest.mark.parametrize("name", ["frobenius_sphere", "spectral_sphere", "oblique_out"])
+def test_weight_decay_is_a_learning_rate_change_under_a_rescaling_retraction(name):
+    """003 App. D.2 finds wd = 0 and wd = 0.1 'agree within 0.001'. With a scale-invariant retraction
+    P(a X) = P(X) that is algebra, not evidence: P((1 - lr wd) W - lr S) = P(W - lr / (1 - lr wd) S)."""
+    g = torch.Generator().manual_seed(9)
+    W0 = get_manifold(name).retract(torch.randn(6, 4, generator=g, dtype=F64))
+    grads = [torch.randn(6, 4, generator=g, dtype=F64) for _ in range(5)]
+    lr, wd, out = 0.01, 0.1, []
+    for kw in (dict(lr=lr, weight_decay=wd), dict(lr=lr / (1 - lr * wd), weight_decay=0.0)):
+        p = torch.nn.Parameter(W0.clone())
+        opt = MACRO([p], manifold=name, msign_method="svd", **kw)
+        for G in grads:
+            p.grad = G.clone()
+            opt.step()
+        out.append(p.detach())
+    assert torch.allclose(out[0], out[1], atol=1e-12)
