@@ -408,13 +408,15 @@ def train(cfg: TrainConfig | dict, resume: bool = True, progress: bool = True) -
     if main_rank:
         out_dir.mkdir(parents=True, exist_ok=True)
         mpath = out_dir / "metrics.jsonl"
-        with open(mpath, "a"):
-            pass
+        if start == 0 and not done:  # a fresh start: nothing of an earlier run may be resumed or read
+            for stale in (CHECKPOINT, "status.json", "provenance.json", *[f.name for f in out_dir.glob("optim_rank*")]):
+                (out_dir / stale).unlink(missing_ok=True)
+            mpath.write_text("")
+        elif not mpath.exists() or mpath.stat().st_size < metrics_bytes:
+            raise RuntimeError(f"{mpath} is shorter than checkpoint {ckpt_path} says it was; it was edited or "
+                               "truncated since. Pass resume=False to start over")
         os.truncate(mpath, metrics_bytes)  # drop what a killed run wrote after its checkpoint
         log = open(mpath, "a")
-        if not resume or not ckpt_path.exists():
-            for stale in ("status.json", "provenance.json"):
-                (out_dir / stale).unlink(missing_ok=True)
     if world > 1:
         dist.barrier()
 
