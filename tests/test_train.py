@@ -197,6 +197,10 @@ def test_a_run_records_step_eval_and_update_metrics(tmp_path):
     assert [r["step"] for r in evals] == [0, 3, 6] and [r["step"] for r in updates] == [0, 3]
     assert all(math.isfinite(r["loss"]) and r["time_opt_s"] > 0 and r["time_fb_s"] > 0 for r in steps)
     assert steps[0]["lr_ratio"] == pytest.approx(0.5)  # warmup 2
+    for r in steps:  # the schedule reached every optimizer, as a ratio of its own base lr
+        ratio = T.lr_ratio(r["step"], cfg.warmup, cfg.max_steps, cfg.min_lr_ratio)
+        assert r["lr"]["AdamW"] == pytest.approx(cfg.adamw_lr * ratio)
+        assert r["lr"]["ManifoldMuon"] == pytest.approx(cfg.lr * ratio)
     model_mats = {n for n, p in T.build_model(cfg, 32).named_parameters() if p.ndim == 2}
     e = evals[1]
     assert set(e["sigma_max"]) == model_mats and set(e["spectrum"]) == model_mats
@@ -213,6 +217,25 @@ def test_a_run_records_step_eval_and_update_metrics(tmp_path):
     status = json.loads((Path(cfg.out_dir) / "status.json").read_text())
     prov = json.loads((Path(cfg.out_dir) / "provenance.json").read_text())
     assert status["status"] == "completed" and prov["parameters"]["max_steps"] == 6 and prov["wall_time_s"] > 0
+
+
+@pytest.mark.parametrize("rmsnorm_free", [False, True])
+def test_a_qwen3_run_records_rmsnorm_gains_and_attention(tmp_path, rmsnorm_free):
+    cfg = tiny(tmp_path, family="qwen3", n_head=2, n_kv_head=1, n_layer=1, max_steps=2, eval_every=2,
+               spectrum_every=0, assignment="macro_spec", rmsnorm_free=rmsnorm_free)
+    assert T.train(cfg, progress=False)["status"] == "completed"
+    e = [r for r in read_jsonl(Path(cfg.out_dir) / "metrics.jsonl") if r["kind"] == "eval"][-1]
+    assert set(e["attention"]) == {"0"} and e["attention"]["0"]["entropy"]["max"] > 0
+    assert bool(e["norm_gains"]) != rmsnorm_free  # learnable gains only in the normed model
+    # MACRO keeps every matrix on its spectral sphere
+    assert e["constraint_residual"] and max(e["constraint_residual"].values()) < 1e-4
+
+
+def test_the_command_line_refuses_a_bad_override_before_any_work(tmp_path, capsys):
+    with pytest.raises(SystemExit) as e:
+        T.main(["--preset", "cpu-tiny", "--set", "n_head=3", "--out-dir", str(tmp_path / "x")])
+    assert e.value.code == 2 and "n_embd=32 is not divisible by n_head=3" in capsys.readouterr().err
+    assert not (tmp_path / "x").exists()
 
 
 def test_divergence_ends_the_run_cleanly_and_a_sweep_goes_on(tmp_path):

@@ -199,15 +199,26 @@ class ShardedStep:
             load[r] += p.numel()
 
     def step(self) -> None:
-        if self.world > 1:
-            for p, r in self.owner.items():
-                if r != self.rank:
-                    p.grad = None
-        for opt in self.optimizers:
-            opt.step()
-        if self.world > 1:
-            for p, r in self.owner.items():
-                dist.broadcast(p.data, src=r)
+        if self.world == 1:
+            for opt in self.optimizers:
+                opt.step()
+            return
+        for p, r in self.owner.items():
+            if r != self.rank:
+                p.grad = None
+        error = None
+        try:
+            for opt in self.optimizers:
+                opt.step()
+        except FloatingPointError as e:  # every rank must learn of it, or the others wait forever
+            error = e
+        device = self.optimizers[0].param_groups[0]["params"][0].device
+        failed = torch.tensor([float(error is not None)], device=device)
+        dist.all_reduce(failed)
+        if failed.item() > 0:
+            raise error or FloatingPointError("another rank's optimizer refused a non-finite gradient")
+        for p, r in self.owner.items():
+            dist.broadcast(p.data, src=r)
 
 
 # ----------------------------------------------------------------------------- checkpoints
@@ -503,11 +514,11 @@ def train(cfg: TrainConfig | dict, resume: bool = True, progress: bool = True) -
             emit({"kind": "update", "step": step, **_update_record(names, manifolds, before, grad_norms, optimizers)})
         for opt in optimizers:
             opt.zero_grad(set_to_none=True)
-        ratio = schedule(step)
+        lrs = {type(opt).__name__: opt.param_groups[0]["lr"] for opt in optimizers}  # what this step used
         for sch in schedulers:
             sch.step()
-        emit({"kind": "step", "step": step, "loss": last_loss, "lr": cfg.lr * ratio, "adamw_lr": cfg.adamw_lr * ratio,
-              "lr_ratio": ratio, "grad_norm": gnorm.item(), "time_fb_s": t1 - t0, "time_opt_s": t2 - t1,
+        emit({"kind": "step", "step": step, "loss": last_loss, "lr": lrs, "lr_ratio": schedule(step),
+              "grad_norm": gnorm.item(), "time_fb_s": t1 - t0, "time_opt_s": t2 - t1,
               "tokens_per_s": tokens_per_step / (t2 - t0)})
         bar.update(1)
         bar.set_postfix(loss=f"{last_loss:.4f}", **({"val": f"{last_eval['val_loss']:.4f}"} if last_eval else {}))
@@ -529,7 +540,7 @@ def train(cfg: TrainConfig | dict, resume: bool = True, progress: bool = True) -
     if main_rank:
         if done:  # resumed a finished run: keep what it recorded
             old = json.loads((out_dir / "status.json").read_text()) if (out_dir / "status.json").exists() else {}
-            summary = {**summary, **{k: v for k, v in old.items() if k.startswith("final_")}}
+            summary = {**summary, **{k: v for k, v in old.items() if k not in ("status", "wall_time_s", "out_dir")}}
         log.close()
         _write_status(out_dir, status, **{k: v for k, v in summary.items() if k != "status"})
         write_json_atomic(out_dir / "provenance.json",
