@@ -108,3 +108,15 @@ def test_attention_summary_reduces_rows_per_layer_and_statistic():
     assert s["0"]["logit_range"] == pytest.approx({"mean": 2.0, "min": 1.0, "max": 3.0})
     assert s["0"]["jacobian_fro"]["min"] == pytest.approx(0.1)
     assert s["3"]["logit_range"] == pytest.approx({"mean": 2.0, "min": 2.0, "max": 2.0})
+
+
+def test_read_metrics_filters_by_kind_and_restores_non_finite_numbers(tmp_path):
+    lines = [{"kind": "step", "step": 0, "loss": 2.0}, {"kind": "eval", "step": 0, "val_loss": float("nan")},
+             {"kind": "step", "step": 1, "loss": float("inf")}]
+    (tmp_path / "metrics.jsonl").write_text("".join(json.dumps(metrics.jsonable(r)) + "\n" for r in lines))
+    steps = metrics.read_metrics(tmp_path, "step")
+    assert [r["loss"] for r in steps] == [2.0, float("inf")]
+    assert math.isnan(metrics.read_metrics(tmp_path / "metrics.jsonl", "eval")[0]["val_loss"])
+    assert len(metrics.read_metrics(tmp_path)) == 3
+    with pytest.raises(FileNotFoundError, match="run manifold_muon.train first"):
+        metrics.read_metrics(tmp_path / "nothing")

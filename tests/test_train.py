@@ -125,6 +125,8 @@ def test_validate_names_the_closest_key_and_every_problem():
         TrainConfig.from_dict({"max_step": 10})
     with pytest.raises(ValueError, match="n_embd=30 is not divisible by n_head=4"):
         validate(TrainConfig(n_embd=30, n_head=4))
+    with pytest.raises(ValueError, match="even head dimension"):
+        validate(TrainConfig(family="qwen3", n_embd=30, n_head=2))
     with pytest.raises(ValueError, match="lr='fast' should be float"):
         validate(TrainConfig(lr="fast"))
     with pytest.raises(ValueError, match=r"unknown assignment 'herero' \(did you mean 'hetero'\?\); choose one of"):

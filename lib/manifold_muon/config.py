@@ -239,6 +239,9 @@ def validate(cfg: TrainConfig, data_len: int | None = None, world_size: int = 1)
     if cfg.n_head >= 1 and cfg.n_embd % cfg.n_head:
         problems.append(f"n_embd={cfg.n_embd} is not divisible by n_head={cfg.n_head}; "
                         f"pick n_head among the divisors of n_embd")
+    if cfg.family == "qwen3" and cfg.n_head >= 1 and "head_dim" not in cfg.model_extra \
+            and (cfg.n_embd // cfg.n_head) % 2:
+        problems.append(f"qwen3 needs an even head dimension for RoPE, n_embd/n_head = {cfg.n_embd // cfg.n_head}")
     if cfg.n_kv_head is not None:
         if cfg.family != "qwen3":
             problems.append("n_kv_head applies to family qwen3 only; remove it for gpt2")

@@ -12,6 +12,7 @@ Each takes tensors (or a model) and returns plain Python numbers, so that a reco
 * ``attention_summary(stats)``      per layer and statistic of ``attention_probe``: mean, min, max over rows
 * ``is_diverged(loss, threshold)``  NaN, inf or above the threshold
 * ``jsonable(x)``                   tensors and numpy scalars -> floats and lists
+* ``read_metrics(path, kind)``      the records of a run's metrics.jsonl (of one ``kind``), "nan" back to floats
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ __all__ = [
     "attention_summary",
     "is_diverged",
     "jsonable",
+    "read_metrics",
 ]
 
 
@@ -141,3 +143,28 @@ def jsonable(x):
     if isinstance(x, float) and not math.isfinite(x):
         return str(x)  # "nan" / "inf": strict JSON has no NaN
     return x
+
+
+def _unjson(x):
+    if isinstance(x, str) and x in ("nan", "inf", "-inf"):
+        return float(x)
+    if isinstance(x, dict):
+        return {k: _unjson(v) for k, v in x.items()}
+    if isinstance(x, list):
+        return [_unjson(v) for v in x]
+    return x
+
+
+def read_metrics(path, kind: str | None = None) -> list[dict]:
+    """The records of ``path`` (a metrics.jsonl, or the run folder holding one), in order; with ``kind``
+    only those of that kind ("step", "eval", "update"). Non-finite numbers come back as floats."""
+    import json
+    from pathlib import Path
+
+    path = Path(path)
+    if path.is_dir():
+        path = path / "metrics.jsonl"
+    if not path.exists():
+        raise FileNotFoundError(f"{path} does not exist; run manifold_muon.train first")
+    records = [_unjson(json.loads(line)) for line in path.read_text().splitlines() if line.strip()]
+    return [r for r in records if kind is None or r.get("kind") == kind]

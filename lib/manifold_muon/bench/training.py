@@ -12,7 +12,6 @@ H100 at GPT-2 124M) are listed next to ours for reference only: the shapes and t
 
 from __future__ import annotations
 
-import json
 import statistics
 import tempfile
 import time
@@ -28,14 +27,14 @@ POST_RATIOS = {"all_stiefel": 5.8, "hetero": 8.3, "all_dgram": 13.6}  # per-step
 def time_assignment(preset: str, assignment: str, steps: int, out_dir: Path, **overrides) -> dict:
     """Median seconds per step (fb, opt, total) over steps 1..steps-1 of a short run, and tokens/s."""
     from ..config import load_preset
+    from ..metrics import read_metrics
     from ..train import train
 
     cfg = load_preset(preset, assignment=assignment, data="synthetic", vocab_size=256, max_steps=steps,
                       warmup=0, eval_every=10**9, eval_batches=1, probe_every=0, spectrum_every=0,
                       checkpoint_every=0, out_dir=str(out_dir / assignment), **overrides)
     summary = train(cfg, resume=False, progress=False)
-    recs = [json.loads(line) for line in (out_dir / assignment / "metrics.jsonl").read_text().splitlines()]
-    st = [r for r in recs if r["kind"] == "step"][1:]
+    st = read_metrics(out_dir / assignment, "step")[1:]
     fb = statistics.median(r["time_fb_s"] for r in st)
     opt = statistics.median(r["time_opt_s"] for r in st)
     total = statistics.median(r["time_fb_s"] + r["time_opt_s"] for r in st)
