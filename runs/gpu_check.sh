@@ -9,8 +9,9 @@
 #
 # The tokens are random (data=synthetic, vocab 50304): the machine has no network for OpenWebText,
 # and speed does not depend on the tokens. Steps 0-4 (allocation, cuBLAS/cuSOLVER warm-up) are left
-# out of the median. Runs go fastest-first and the driver stops starting new ones after BUDGET_S
-# seconds, so a slow machine still reports the ones that fit; each row is printed as it finishes.
+# out of the median; no checkpoint is written. The post's three ratios come first, and the driver
+# stops starting new runs after BUDGET_S seconds, so a slow machine still reports the ones that fit;
+# each row is printed (and gpu_check.json rewritten) as it finishes.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-.venv/bin/python}
@@ -31,8 +32,8 @@ from manifold_muon.config import load_preset
 from manifold_muon.provenance import provenance, write_json_atomic
 from manifold_muon.train import train
 
-order = ["unconstrained", "muon", "all_stiefel", "hetero", "macro_fro", "macro_spec", "muonh_fro",
-         "muonh_spec", "all_dgram", "hetero_inv", "fso", "sso"]
+order = ["unconstrained", "all_stiefel", "hetero", "all_dgram", "muon", "macro_fro", "macro_spec",
+         "muonh_fro", "muonh_spec", "hetero_inv", "fso", "sso"]  # the post's three ratios first
 post = {"all_stiefel": 5.8, "hetero": 8.3, "all_dgram": 13.6}
 budget, t0, rows = float(os.environ["BUDGET_S"]), time.perf_counter(), {}
 preset, steps, device = os.environ["PRESET"], int(os.environ["STEPS"]), os.environ["DEVICE"]
@@ -49,7 +50,7 @@ with tempfile.TemporaryDirectory() as tmp:
             continue
         cfg = load_preset(preset, assignment=a, data="synthetic", max_steps=steps, warmup=3,
                           eval_every=10**9, eval_batches=1, probe_every=0, spectrum_every=0,
-                          checkpoint_every=0, device=device, out_dir=f"{tmp}/{a}", **vocab)
+                          checkpoint_every=-1, device=device, out_dir=f"{tmp}/{a}", **vocab)
         try:
             s = train(cfg, resume=False, progress=False)
         except Exception as e:  # report and go on: one broken optimizer must not hide the others

@@ -338,6 +338,7 @@ def test_training_benchmark_times_an_assignment(tmp_path):
     assert r["status"] == "completed" and r["steps_timed"] == 1
     assert 0 < r["optimizer_share"] < 1 and r["tokens_per_s"] > 0
     assert r["step_s"] == pytest.approx(r["fb_s"] + r["opt_s"])
+    assert not (tmp_path / "hetero" / "checkpoint.pt").exists()  # checkpoint_every=-1: timing runs save nothing
 
 
 if __name__ == "__main__":

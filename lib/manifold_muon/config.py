@@ -84,7 +84,7 @@ class TrainConfig:
     seed: int = 1337
     dtype: str = "float32"            # bfloat16 = autocast on CUDA (ignored on CPU)
     divergence_loss_threshold: float = 20.0
-    checkpoint_every: int = 0         # 0 = only at the end
+    checkpoint_every: int = 0         # 0 = only at the end; -1 = never (timing runs)
     out_dir: str | None = None
     device: str = "auto"              # auto | cpu | cuda
     threads: int = 0                  # torch CPU threads; 0 = torch's default
@@ -220,7 +220,9 @@ def validate(cfg: TrainConfig, data_len: int | None = None, world_size: int = 1)
                  "block_size", "max_steps", "eval_every", "eval_batches", "probe_rows"):
         if getattr(cfg, name) < 1:
             problems.append(f"{name}={getattr(cfg, name)} must be at least 1")
-    for name in ("warmup", "spectrum_every", "probe_every", "checkpoint_every", "threads"):
+    if cfg.checkpoint_every < -1:
+        problems.append(f"checkpoint_every={cfg.checkpoint_every} must be -1 (never), 0 (at the end) or positive")
+    for name in ("warmup", "spectrum_every", "probe_every", "threads"):
         if getattr(cfg, name) < 0:
             problems.append(f"{name}={getattr(cfg, name)} must be 0 or more")
     for name in ("lr", "adamw_lr"):

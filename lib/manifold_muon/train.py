@@ -522,7 +522,7 @@ def train(cfg: TrainConfig | dict, resume: bool = True, progress: bool = True) -
               "tokens_per_s": tokens_per_step / (t2 - t0)})
         bar.update(1)
         bar.set_postfix(loss=f"{last_loss:.4f}", **({"val": f"{last_eval['val_loss']:.4f}"} if last_eval else {}))
-        if cfg.checkpoint_every and (step + 1) % cfg.checkpoint_every == 0 and step + 1 < cfg.max_steps:
+        if cfg.checkpoint_every > 0 and (step + 1) % cfg.checkpoint_every == 0 and step + 1 < cfg.max_steps:
             checkpoint(step + 1, finished=False)
     else:
         step = cfg.max_steps
@@ -532,7 +532,8 @@ def train(cfg: TrainConfig | dict, resume: bool = True, progress: bool = True) -
                 emit({"kind": "eval", "step": step, **last_eval,
                       **_weight_record(model, names, manifolds, data, cfg,
                                        cfg.spectrum_every > 0, cfg.probe_every > 0)})
-            checkpoint(step, finished=True)
+            if cfg.checkpoint_every >= 0:
+                checkpoint(step, finished=True)
     bar.close()
 
     summary = {"status": status, "step": step, "last_loss": last_loss, **{f"final_{k}": v for k, v in last_eval.items()},

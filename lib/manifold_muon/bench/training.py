@@ -32,7 +32,7 @@ def time_assignment(preset: str, assignment: str, steps: int, out_dir: Path, **o
 
     cfg = load_preset(preset, assignment=assignment, data="synthetic", vocab_size=256, max_steps=steps,
                       warmup=0, eval_every=10**9, eval_batches=1, probe_every=0, spectrum_every=0,
-                      checkpoint_every=0, out_dir=str(out_dir / assignment), **overrides)
+                      checkpoint_every=-1, out_dir=str(out_dir / assignment), **overrides)
     summary = train(cfg, resume=False, progress=False)
     st = read_metrics(out_dir / assignment, "step")[1:]
     fb = statistics.median(r["time_fb_s"] for r in st)
