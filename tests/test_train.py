@@ -1,12 +1,11 @@
 """The training loop: schedule, config checks, metrics, divergence, kill-and-resume, two-process DDP.
 
-Run as a script (``python tests/test_train.py --preset cpu-tiny ...``) it is the CLI, with stand-ins
-for any of ``data`` / ``assignments`` / ``models.gpt2`` not written yet; the subprocess tests use that.
+The subprocess tests run the real command line (``python -m manifold_muon.train``, and under
+``torchrun``) on the cpu-tiny preset with the real models, data and optimizers.
 """
 
 from __future__ import annotations
 
-import importlib
 import json
 import math
 import os
@@ -14,86 +13,15 @@ import signal
 import subprocess
 import sys
 import time
-import types
 from pathlib import Path
 
 import pytest
 import torch
 
+from manifold_muon import train as T
+from manifold_muon.config import TrainConfig, load_preset, parse_overrides, validate
+
 ROOT = Path(__file__).resolve().parents[1]
-
-
-# ----------------------------------------------------------------------------- stand-ins
-
-def _standin_data() -> types.ModuleType:
-    m = types.ModuleType("manifold_muon.data")
-    g = torch.Generator().manual_seed(0)
-    text = torch.randint(0, 32, (6000,), generator=g)
-    text[1::3] = (text[0::3][: text[1::3].numel()] * 5 + 1) % 32  # something to learn
-    splits = {"train": text[:5000], "val": text[5000:]}
-
-    def prepare_kjv(data_dir=None):
-        return {"vocab_size": 32, "train_tokens": 5000, "val_tokens": 1000, "data_dir": "standin"}
-
-    def get_batch(split, batch_size, block_size, generator, device, data_dir=None):
-        d = splits[split]
-        ix = torch.randint(len(d) - block_size - 1, (batch_size,), generator=generator)
-        X = torch.stack([d[i:i + block_size] for i in ix])
-        Y = torch.stack([d[i + 1:i + 1 + block_size] for i in ix])
-        return X.to(device), Y.to(device)
-
-    m.DATASETS, m.get_batch = {"kjv": prepare_kjv}, get_batch
-    return m
-
-
-class _StandinMuon(torch.optim.Optimizer):
-    """W <- W - lr msign(M), M <- 0.9 M + G; skips parameters without a gradient."""
-
-    def __init__(self, params, lr=0.02):
-        super().__init__(params, dict(lr=lr))
-
-    @torch.no_grad()
-    def step(self):
-        from manifold_muon.msign import msign
-
-        for g in self.param_groups:
-            for p in g["params"]:
-                if p.grad is not None:
-                    m = self.state[p].setdefault("momentum", torch.zeros_like(p))
-                    m.mul_(0.9).add_(p.grad)
-                    p.sub_(g["lr"] * msign(m, "newton_schulz", 5, torch.float32))
-
-
-def _standin_assignments() -> types.ModuleType:
-    m = types.ModuleType("manifold_muon.assignments")
-
-    def build_optimizers(model, assignment, lr=0.02, adamw_lr=1e-3, **overrides):
-        named = list(model.named_parameters())
-        mats = [p for n, p in named if p.ndim == 2 and "wte" not in n and "wpe" not in n and "lm_head" not in n]
-        ids = {id(p) for p in mats}
-        rest = [p for _, p in named if id(p) not in ids]
-        return [_StandinMuon(mats, lr=lr), torch.optim.AdamW(rest, lr=adamw_lr)]
-
-    m.build_optimizers = build_optimizers
-    return m
-
-
-def install_standins() -> list[str]:
-    """Put a stand-in in sys.modules for each collaborator module that cannot be imported yet."""
-    used = []
-    for name, make in (("manifold_muon.data", _standin_data), ("manifold_muon.assignments", _standin_assignments)):
-        try:
-            importlib.import_module(name)
-        except ModuleNotFoundError:
-            sys.modules[name] = make()
-            used.append(name)
-    return used
-
-
-install_standins()
-
-from manifold_muon import train as T  # noqa: E402
-from manifold_muon.config import TrainConfig, load_preset, parse_overrides, validate  # noqa: E402
 
 
 def tiny(tmp_path, **kw) -> TrainConfig:
@@ -271,7 +199,7 @@ def test_a_mismatched_or_corrupt_checkpoint_is_refused_with_advice(tmp_path):
 
 def _cli(args, **kw):
     env = {**os.environ, "PYTHONHASHSEED": "0", "OMP_NUM_THREADS": "1"}
-    return subprocess.Popen([sys.executable, __file__, *args], cwd=ROOT, env=env,
+    return subprocess.Popen([sys.executable, "-m", "manifold_muon.train", *args], cwd=ROOT, env=env,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, **kw)
 
 
@@ -316,7 +244,7 @@ def test_two_gloo_processes_take_the_same_steps_as_one(tmp_path):
     args = ["--preset", "cpu-tiny", "--no-progress", *[f"--set={k}={v}" for k, v in sets.items()]]
     env = {**os.environ, "PYTHONHASHSEED": "0", "OMP_NUM_THREADS": "1"}
     two = subprocess.run([str(Path(sys.executable).with_name("torchrun")), "--standalone", "--nproc_per_node", "2",
-                          __file__, *args, "--out-dir", str(tmp_path / "two")],
+                          "-m", "manifold_muon.train", *args, "--out-dir", str(tmp_path / "two")],
                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=180)
     assert two.returncode == 0, two.stderr[-3000:]
     T.train(load_preset("cpu-tiny", **sets, gradient_accumulation_steps=2, out_dir=str(tmp_path / "one")),
@@ -339,8 +267,3 @@ def test_training_benchmark_times_an_assignment(tmp_path):
     assert 0 < r["optimizer_share"] < 1 and r["tokens_per_s"] > 0
     assert r["step_s"] == pytest.approx(r["fb_s"] + r["opt_s"])
     assert not (tmp_path / "hetero" / "checkpoint.pt").exists()  # checkpoint_every=-1: timing runs save nothing
-
-
-if __name__ == "__main__":
-    install_standins()
-    T.main(sys.argv[1:])
