@@ -83,6 +83,7 @@ class TrainConfig:
     # run
     seed: int = 1337
     dtype: str = "float32"            # bfloat16 = autocast on CUDA (ignored on CPU)
+    compile: bool = False             # torch.compile the model's forward (long GPU runs)
     divergence_loss_threshold: float = 20.0
     checkpoint_every: int = 0         # 0 = only at the end; -1 = never (timing runs)
     out_dir: str | None = None

@@ -386,6 +386,7 @@ def train(cfg: TrainConfig | dict, resume: bool = True, progress: bool = True) -
         raise ValueError(f"the data module gave no vocab_size for {cfg.data!r}; set vocab_size in the config")
     torch.manual_seed(cfg.seed)
     model = build_model(cfg, data.vocab_size).to(device)
+    forward = torch.compile(model) if cfg.compile else model  # same parameters; names and state from `model`
     optimizers = build_optimizers(model, cfg.assignment, lr=cfg.lr, adamw_lr=cfg.adamw_lr, **cfg.optimizer)
     retract_parameters(optimizers)  # constrained weights start on their manifolds
     schedule = WarmupCosine(cfg.warmup, cfg.max_steps, cfg.min_lr_ratio)
@@ -469,7 +470,7 @@ def train(cfg: TrainConfig | dict, resume: bool = True, progress: bool = True) -
     for step in range(start, cfg.max_steps if not done else start):
         at_eval = step % cfg.eval_every == 0
         if at_eval and main_rank:
-            last_eval = _evaluate(model, data, cfg, eval_bs, ctx, device)
+            last_eval = _evaluate(forward, data, cfg, eval_bs, ctx, device)
             want_spec = cfg.spectrum_every > 0 and step % cfg.spectrum_every == 0
             want_probe = cfg.probe_every > 0 and step % cfg.probe_every == 0
             emit({"kind": "eval", "step": step, **last_eval,
@@ -486,7 +487,7 @@ def train(cfg: TrainConfig | dict, resume: bool = True, progress: bool = True) -
         loss_sum = torch.zeros((), device=device)
         for k in range(cfg.gradient_accumulation_steps):
             with ctx:
-                _, loss = model(X[k * micro:(k + 1) * micro], Y[k * micro:(k + 1) * micro])
+                _, loss = forward(X[k * micro:(k + 1) * micro], Y[k * micro:(k + 1) * micro])
             loss = loss / cfg.gradient_accumulation_steps
             loss.backward()
             loss_sum += loss.detach().float()
@@ -528,7 +529,7 @@ def train(cfg: TrainConfig | dict, resume: bool = True, progress: bool = True) -
         step = cfg.max_steps
         if not done:
             if main_rank:
-                last_eval = _evaluate(model, data, cfg, eval_bs, ctx, device)
+                last_eval = _evaluate(forward, data, cfg, eval_bs, ctx, device)
                 emit({"kind": "eval", "step": step, **last_eval,
                       **_weight_record(model, names, manifolds, data, cfg,
                                        cfg.spectrum_every > 0, cfg.probe_every > 0)})
