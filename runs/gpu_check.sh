@@ -9,9 +9,11 @@
 #
 # The tokens are random (data=synthetic, vocab 50304): the machine has no network for OpenWebText,
 # and speed does not depend on the tokens. Steps 0-4 (allocation, cuBLAS/cuSOLVER warm-up) are left
-# out of the median; no checkpoint is written. The post's three ratios come first, and the driver
-# stops starting new runs after BUDGET_S seconds, so a slow machine still reports the ones that fit;
-# each row is printed (and gpu_check.json rewritten) as it finishes.
+# out of the median; no checkpoint is written; no torch.compile (a minute of compiling per run would
+# not fit, so the forward-backward is slower than a compiled nanoGPT's and the ratios come out lower
+# than with compile). The post's three ratios come first, and the driver stops starting new runs
+# after BUDGET_S seconds, so a slow machine still reports the ones that fit; each row is printed
+# (and gpu_check.json rewritten) as it finishes.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-.venv/bin/python}
@@ -50,7 +52,7 @@ with tempfile.TemporaryDirectory() as tmp:
             continue
         cfg = load_preset(preset, assignment=a, data="synthetic", max_steps=steps, warmup=3,
                           eval_every=10**9, eval_batches=1, probe_every=0, spectrum_every=0,
-                          checkpoint_every=-1, device=device, out_dir=f"{tmp}/{a}", **vocab)
+                          checkpoint_every=-1, compile=False, device=device, out_dir=f"{tmp}/{a}", **vocab)
         try:
             s = train(cfg, resume=False, progress=False)
         except Exception as e:  # report and go on: one broken optimizer must not hide the others
