@@ -68,6 +68,11 @@ def test_validate_names_the_closest_key_and_every_problem():
     with pytest.raises(ValueError, match=r"assignment\['mlp'\]: unknown optimizer 'adam'"):
         validate(TrainConfig(assignment={"mlp": "adam"}))
     validate(TrainConfig(assignment={"attn": ["manifold_muon", "stiefel"], "mlp": "muon"}))
+    with pytest.raises(ValueError, match="bias and dropout apply to family gpt2 only"):
+        validate(TrainConfig(family="qwen3", n_kv_head=2, dropout=0.1))
+    with pytest.raises(ValueError, match=r"model_extra keys \['ffn_size'\] are not fields of Qwen3Config: .*ffn_dim"):
+        T.build_model(TrainConfig(family="qwen3", model_extra={"ffn_size": 64}), 32)
+    assert T.build_model(TrainConfig(family="qwen3", model_extra={"ffn_dim": 48}), 32).config.ffn_dim == 48
     with pytest.raises(FileNotFoundError, match="choose one of: .*cpu-tiny"):
         load_preset("no-such-preset")
 

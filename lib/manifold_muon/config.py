@@ -252,6 +252,8 @@ def validate(cfg: TrainConfig, data_len: int | None = None, world_size: int = 1)
             problems.append(f"n_head={cfg.n_head} is not a multiple of n_kv_head={cfg.n_kv_head}")
     if cfg.rmsnorm_free and cfg.family != "qwen3":
         problems.append("rmsnorm_free applies to family qwen3 only")
+    if cfg.family == "qwen3" and (cfg.bias or cfg.dropout):
+        problems.append("bias and dropout apply to family gpt2 only; the qwen3 model has neither")
     if cfg.vocab_size is not None and cfg.vocab_size < 2:
         problems.append(f"vocab_size={cfg.vocab_size} must be at least 2 (or null for the data's own)")
     if cfg.data == "synthetic" and cfg.vocab_size is None:

@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import importlib
 import json
 import math
 import os
@@ -104,55 +103,24 @@ class _Data:
 
 # ----------------------------------------------------------------------------- model
 
-_MODEL_MODULES = {"gpt2": ("models.gpt2", "GPT", "GPTConfig"), "qwen3": ("models.qwen3", "Qwen3", "Qwen3Config")}
-# our name -> the names a family's config class may use for it
-_ALIASES = {
-    "n_layer": ("n_layer", "n_layers", "num_layers"),
-    "n_head": ("n_head", "n_heads", "num_heads"),
-    "n_embd": ("n_embd", "dim", "d_model", "hidden_size"),
-    "n_kv_head": ("n_kv_head", "n_kv_heads", "num_kv_heads"),
-    "block_size": ("block_size", "max_seq_len", "seq_len"),
-    "vocab_size": ("vocab_size",),
-    "bias": ("bias",),
-    "dropout": ("dropout",),
-    "rmsnorm_free": ("rmsnorm_free", "norm_free"),
-}
-
-
-def _family(cfg: TrainConfig):
-    mod, model_cls, config_cls = _MODEL_MODULES[cfg.family]
-    module = importlib.import_module(f"{__package__}.{mod}")
-    return module, getattr(module, model_cls), getattr(module, config_cls)
-
-
 def build_model(cfg: TrainConfig, vocab_size: int) -> torch.nn.Module:
-    """The model of ``cfg.family`` with the config's sizes (names mapped onto the family's config)."""
+    """The model of ``cfg.family`` with the config's sizes, plus ``model_extra`` for any other field."""
     import dataclasses
 
-    _, Model, Config = _family(cfg)
-    fields = {f.name for f in dataclasses.fields(Config)}
-    ours = dict(n_layer=cfg.n_layer, n_head=cfg.n_head, n_embd=cfg.n_embd, block_size=cfg.block_size,
-                vocab_size=vocab_size, dropout=cfg.dropout)
     if cfg.family == "gpt2":
-        ours["bias"] = cfg.bias
+        from .models.gpt2 import GPT as Model, GPTConfig as Config
+
+        own = dict(bias=cfg.bias, dropout=cfg.dropout)
     else:
-        ours["n_kv_head"] = cfg.n_kv_head or cfg.n_head
-        if cfg.rmsnorm_free:
-            ours["rmsnorm_free"] = True
-    kwargs = {}
-    for key, value in ours.items():
-        name = next((a for a in _ALIASES[key] if a in fields), None)
-        if name is None:
-            if key in ("dropout",) or (key == "rmsnorm_free" and not value):
-                continue
-            raise ValueError(f"{Config.__name__} has no field for {key}; its fields are {', '.join(sorted(fields))}")
-        kwargs[name] = value
-    unknown = set(cfg.model_extra) - fields
+        from .models.qwen3 import Qwen3 as Model, Qwen3Config as Config
+
+        own = dict(n_kv_head=cfg.n_kv_head or cfg.n_head, rmsnorm_free=cfg.rmsnorm_free)
+    fields = {f.name for f in dataclasses.fields(Config)}
+    unknown = sorted(set(cfg.model_extra) - fields)
     if unknown:
-        raise ValueError(f"model_extra keys {sorted(unknown)} are not fields of {Config.__name__}: "
-                         f"{', '.join(sorted(fields))}")
-    kwargs.update(cfg.model_extra)
-    return Model(Config(**kwargs))
+        raise ValueError(f"model_extra keys {unknown} are not fields of {Config.__name__}: {', '.join(sorted(fields))}")
+    return Model(Config(n_layer=cfg.n_layer, n_head=cfg.n_head, n_embd=cfg.n_embd, block_size=cfg.block_size,
+                        vocab_size=vocab_size, **own, **cfg.model_extra))
 
 
 # ----------------------------------------------------------------------------- distributed
