@@ -78,8 +78,18 @@ def run_dir(name: str, scale: str, root: Path | None = None) -> Path:
 
 
 def run_inputs_sha(name: str, root: Path | None = None) -> str:
+    """Hash of what a run's outputs depend on: its template, its presets, and the training presets
+    (``runs/presets/training/<name>.yml``) that any of its scales names as ``training_preset``."""
     root = root or repo_root()
-    return _sha((root / "runs" / f"{name}.md").read_bytes(), (root / "runs" / "presets" / f"{name}.yml").read_bytes())
+    presets_path = root / "runs" / "presets" / f"{name}.yml"
+    parts = [(root / "runs" / f"{name}.md").read_bytes(), presets_path.read_bytes()]
+    presets = yaml.safe_load(presets_path.read_text()) or {}
+    for training in sorted({v["training_preset"] for v in presets.values() if isinstance(v, dict) and v.get("training_preset")}):
+        path = root / "runs" / "presets" / "training" / f"{training}.yml"
+        if not path.exists():
+            raise FileNotFoundError(f"runs/presets/{name}.yml names training preset {training!r}, but {path} does not exist")
+        parts.append(path.read_bytes())
+    return _sha(*parts)
 
 
 def load_run_metrics(name: str, scale: str = "cpu", root: Path | None = None) -> dict:
