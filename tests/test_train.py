@@ -209,7 +209,7 @@ def _cli(args, **kw):
 
 
 def test_a_run_killed_after_a_checkpoint_resumes_to_the_same_weights(tmp_path):
-    common = ["--preset", "cpu-tiny", "--no-progress", "--set", "max_steps=30", "--set", "checkpoint_every=10",
+    common = ["--preset", "cpu-tiny", "--no-progress", "--set", "max_steps=30", "--set", "checkpoint_every=5",
               "--set", "eval_every=15", "--set", "n_layer=1"]
     whole = _cli([*common, "--out-dir", str(tmp_path / "whole")])
     killed_dir = tmp_path / "killed"
