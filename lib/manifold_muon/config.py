@@ -46,6 +46,9 @@ _KNOWN_ASSIGNMENTS = (
 
 @dataclass
 class TrainConfig:
+    """Everything one run depends on. ``validate`` checks it; ``train`` records it in provenance.json
+    and in every checkpoint (a checkpoint of another config is refused on resume)."""
+
     # model
     family: str = "gpt2"              # gpt2 | qwen3
     n_layer: int = 4
