@@ -7,7 +7,6 @@ PY := $(BIN)/python
 SCALE ?= cpu
 export PATH := $(CURDIR)/$(BIN):$(PATH)
 export PYTHONHASHSEED := 0
-export MPLBACKEND := Agg
 
 .PHONY: help install book chapters runs reproduce test test-lib test-chapters test-runs bench clean
 
