@@ -196,9 +196,16 @@ def do_runs(root: Path, scale: str, force: bool, only: list[str] | None = None, 
     return done
 
 
-def do_chapters(root: Path, force: bool) -> list[str]:
+def do_chapters(root: Path, force: bool, only: list[str] | None = None) -> list[str]:
     done = []
-    for md in pages(root):
+    selected = pages(root)
+    if only:
+        wanted = {(root / o).resolve() for o in only}
+        unknown = wanted - {p.resolve() for p in selected}
+        if unknown:
+            raise ValueError(f"not a book page: {', '.join(map(str, sorted(unknown)))}; pages are {', '.join(str(p.relative_to(root)) for p in selected)}")
+        selected = [p for p in selected if p.resolve() in wanted]
+    for md in selected:
         ipynb = md.with_suffix(".ipynb")
         sha = page_inputs_sha(md, root)
         if not force and _stored_sha(ipynb) == sha:
@@ -245,13 +252,13 @@ def main(argv=None) -> None:
     ap.add_argument("what", choices=["runs", "chapters", "smoke", "status"])
     ap.add_argument("--scale", default="cpu")
     ap.add_argument("--force", action="store_true", help="execute even what is up to date")
-    ap.add_argument("--only", nargs="*", help="run names (runs only)")
+    ap.add_argument("--only", nargs="*", help="run names (runs) or page paths such as chapters/01_muon_msign.md (chapters)")
     args = ap.parse_args(argv)
     root = repo_root()
     if args.what == "runs":
         do_runs(root, args.scale, args.force, args.only)
     elif args.what == "chapters":
-        do_chapters(root, args.force)
+        do_chapters(root, args.force, args.only)
     elif args.what == "smoke":
         do_smoke(root)
     else:
