@@ -37,10 +37,11 @@ reproduce: install  ## re-execute every run notebook at SCALE (default cpu), the
 	$(PY) -m manifold_muon.pipeline runs --scale $(SCALE) --force
 	$(MAKE) book SCALE=$(SCALE)
 
-test: install  ## lib tests, nbval on the chapters, every run notebook at its smoke preset
+test: install  ## lib tests, nbval on the chapters, every run notebook at its smoke preset, benchmarks in quick mode
 	$(PY) -m pytest tests
 	$(PY) -m pytest --nbval chapters/*.ipynb book/claims.ipynb --nbval-sanitize-with chapters/nbval_sanitize.cfg -p no:cacheprovider
 	$(PY) -m manifold_muon.pipeline smoke
+	$(PY) -m manifold_muon.bench --quick --out runs/_smoke/bench
 
 bench: install  ## micro-benchmarks, written under runs/bench/
 	$(PY) -m manifold_muon.bench

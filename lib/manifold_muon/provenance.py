@@ -88,3 +88,16 @@ class Stopwatch:
     def __exit__(self, *exc):
         self.seconds = time.perf_counter() - self._t0
         return False
+
+
+def summary(record: dict, label: str = "") -> str:
+    """One line saying what produced a result, for the line under it in a chapter."""
+    hw = record.get("hardware", {})
+    where = hw.get("cuda") or f"{hw.get('processor', '?')} x{hw.get('cpu_count', '?')} ({hw.get('torch_threads', '?')} threads)"
+    params = record.get("parameters", {})
+    seed = params.get("seed", params.get("seeds"))
+    wall = record.get("wall_time_s")
+    return (f"{label + ': ' if label else ''}commit {str(record.get('commit', '?'))[:12]}"
+            f"{'+dirty' if str(record.get('commit', '')).endswith('+dirty') else ''}, lib {record.get('lib_version', '?')}, "
+            f"torch {record.get('torch_version', '?')}, {where}"
+            + (f", seed {seed}" if seed is not None else "") + (f", wall {wall:.0f} s" if wall is not None else ""))
