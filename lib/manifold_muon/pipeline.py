@@ -212,8 +212,12 @@ def do_chapters(root: Path, force: bool, only: list[str] | None = None) -> list[
             print(f"[pages] {md.relative_to(root)}: up to date")
             continue
         print(f"[pages] {md.relative_to(root)}: executing ...", flush=True)
-        _md_to_ipynb(md, ipynb, keep_outputs=False)
-        dt = _execute(ipynb, ipynb, md.parent, None)
+        source = ipynb.with_name(f".{ipynb.stem}.src.ipynb")  # the stored .ipynb is replaced only on success
+        _md_to_ipynb(md, source, keep_outputs=False)
+        try:
+            dt = _execute(source, ipynb, md.parent, None)
+        finally:
+            source.unlink(missing_ok=True)
         nb = json.loads(ipynb.read_text())
         nb["metadata"][SHA_KEY] = sha
         nb["metadata"].pop("papermill", None)
