@@ -35,7 +35,11 @@ VARIANTS = (("unconstrained[msign fp32]", "unconstrained", dict(msign_dtype=torc
             ("macro_spec[power 10]", "macro_spec", dict(manifold_kwargs=dict(power_iters=10))),
             ("muonh_spec[power 10]", "muonh_spec", dict(manifold_kwargs=dict(power_iters=10))),
             ("hetero[admm 10]", "hetero", dict(inner="admm", inner_steps=10)),
-            ("hetero[dual ascent 5, warm]", "hetero", dict(inner_steps=5, warm_start=True)))
+            ("hetero[dual ascent 5, warm]", "hetero", dict(inner_steps=5, warm_start=True)),
+            # zero dual steps: one msign of the tangent-projected momentum (as accurate as the post's
+            # 20 steps in runs/bench/inner_solvers.json), then the retraction
+            ("hetero[0 dual steps]", "hetero", dict(inner_steps=0)),
+            ("hetero[0 dual steps, NS 5]", "hetero", dict(inner_steps=0, msign_method="newton_schulz", msign_steps=5)))
 BASELINE = "unconstrained"  # Muon on every block matrix, at its defaults (Newton-Schulz in bfloat16)
 TARGET = {"hetero": 3.0}
 
