@@ -29,8 +29,8 @@ import torch
 from ..manifolds import get_manifold
 from ..msign import msign
 from ..optim.inner_solvers import admm, dual_ascent, exact_solution, rms
-from ..provenance import Stopwatch, provenance, write_json_atomic
-from .msign import CPU_SHAPES, GPT2_SHAPES, QUICK_SHAPES, device, one_cpu_thread, time_call
+from ..provenance import Stopwatch
+from .common import CPU_SHAPES, GPT2_SHAPES, QUICK_SHAPES, device, one_cpu_thread, time_call, write_result
 
 ETA = 0.1
 # solver -> (msign method, msign steps, inner step counts T to try)
@@ -115,8 +115,5 @@ def main(out_dir: Path, quick: bool = False) -> dict:
                 print(f"{str(tuple(shape)):>12} {name:>8} post20 e_W {s['post20_e_W']:.4f} ({s['post20_seconds']:.3f}s)"
                       f"  best at equal e_W: {best[1].removesuffix('_at_post20_error')} x{best[0]:.1f}"
                       f"  (ref rel. gap {s['ref_gap_rel']:.1e})", flush=True)
-        record = provenance(dict(shapes=shapes, eta=ETA, solvers=SOLVERS,
-                                 quick=quick, device=str(device())))
-    result = dict(rows=rows, summaries=summaries, **record, wall_time_s=round(sw.seconds, 3))
-    write_json_atomic(Path(out_dir) / "inner_solvers.json", result)
-    return result
+    return write_result(out_dir, "inner_solvers", dict(rows=rows, summaries=summaries),
+                        dict(shapes=shapes, eta=ETA, solvers=SOLVERS, quick=quick), sw.seconds)

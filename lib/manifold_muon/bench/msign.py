@@ -7,52 +7,13 @@ msign (U V^T from torch.linalg.svd) timed in the same run. Measures; asserts not
 
 from __future__ import annotations
 
-import contextlib
-import time
 from pathlib import Path
 
 import torch
 
 from ..msign import msign, msign_svd, singular_value_error
-from ..provenance import Stopwatch, provenance, write_json_atomic
-
-GPT2_SHAPES = [(768, 768), (768, 2304), (768, 3072), (3072, 768)]
-CPU_SHAPES = [(128, 128), (128, 512), (512, 128)]
-QUICK_SHAPES = [(32, 32), (32, 96)]
-
-
-def device() -> torch.device:
-    return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-
-
-@contextlib.contextmanager
-def one_cpu_thread():
-    """On CPU, time with one thread: on a shared machine more threads than free cores make timings
-    meaningless (spin-waiting threads). The thread count is recorded in the provenance."""
-    old = torch.get_num_threads()
-    if device().type == "cpu":
-        torch.set_num_threads(1)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(old)
-
-
-def time_call(fn, repeats: int) -> float:
-    """Fastest wall time of fn() in seconds over ``repeats`` calls, after one warm-up call (the minimum is the
-    estimate least disturbed by other processes on a shared machine)."""
-    fn()
-    times = []
-    for _ in range(repeats):
-        if torch.cuda.is_available():
-            torch.cuda.synchronize()
-        t0 = time.perf_counter()
-        fn()
-        if torch.cuda.is_available():
-            torch.cuda.synchronize()
-        times.append(time.perf_counter() - t0)
-    return min(times)
-
+from ..provenance import Stopwatch
+from .common import CPU_SHAPES, GPT2_SHAPES, QUICK_SHAPES, device, one_cpu_thread, time_call, write_result
 
 def svd_msign_fp32(G):
     U, _, Vh = torch.linalg.svd(G.float(), full_matrices=False)
@@ -81,9 +42,7 @@ def main(out_dir: Path, quick: bool = False) -> dict:
     repeats = 5
     with one_cpu_thread(), Stopwatch() as sw:
         rows = [r for s in shapes for r in measure(s, repeats)]
-        record = provenance(dict(shapes=shapes, repeats=repeats, steps=5, quick=quick, device=str(device())))
-    result = dict(rows=rows, **record, wall_time_s=round(sw.seconds, 3))
-    write_json_atomic(Path(out_dir) / "msign.json", result)
+    result = write_result(out_dir, "msign", dict(rows=rows), dict(shapes=shapes, repeats=repeats, steps=5, quick=quick), sw.seconds)
     for r in rows:
         print(f"{str(tuple(r['shape'])):>12} {r['method']:>14} {r['dtype']:>9}  sigma_err {r['sigma_error']:.3f}  "
               f"dist {r['rel_dist_to_svd']:.3f}  time/svd {r['time_ratio_to_svd']:.2f}")

@@ -25,8 +25,8 @@ import torch
 from torch import nn
 
 from ..assignments import build_optimizers, retract_parameters
-from ..provenance import Stopwatch, provenance, write_json_atomic
-from .msign import device, one_cpu_thread, time_call
+from ..provenance import Stopwatch
+from .common import device, one_cpu_thread, time_call, write_result
 
 CONDITIONS = ("unconstrained", "all_stiefel", "all_dgram", "hetero", "hetero_inv",
               "macro_fro", "macro_spec", "muonh_fro", "muonh_spec", "sso", "fso")
@@ -95,14 +95,11 @@ def main(out_dir: Path, quick: bool = False, cpu_layers: int = 1) -> dict:
         results = [measure(*p) for p in presets]
         params = dict(presets=[dict(zip(("preset", "n_layer", "d", "repeats"), p)) for p in presets],
                       conditions=list(CONDITIONS), variants=[[v[0], v[1], repr(v[2])] for v in VARIANTS],
-                      baseline=BASELINE, targets=TARGET, quick=quick,
-                      device=str(device()), seed=0,
+                      baseline=BASELINE, targets=TARGET, quick=quick, seed=0,
                       note=None if on_gpu or quick else
                       f"no GPU: gpt2_small ran {cpu_layers} layer(s) of GPT-2 small shapes (the ratio per layer "
                       "equals the ratio for 12 identical layers up to batching)")
-        record = provenance(params)
-    result = dict(results=results, **record, wall_time_s=round(sw.seconds, 3))
-    write_json_atomic(Path(out_dir) / "optimizer_step.json", result)
+    result = write_result(out_dir, "optimizer_step", dict(results=results), params, sw.seconds)
     for r in results:
         print(f"[{r['preset']}: {r['n_layer']} layer(s), d={r['d']}, {r['matrices']} matrices, device {device()}]")
         for row in r["rows"]:

@@ -18,8 +18,8 @@ import torch
 
 from ..manifolds import get_manifold
 from ..msign import msign
-from ..provenance import Stopwatch, provenance, write_json_atomic
-from .msign import CPU_SHAPES, GPT2_SHAPES, QUICK_SHAPES, device, one_cpu_thread, time_call
+from ..provenance import Stopwatch
+from .common import CPU_SHAPES, GPT2_SHAPES, QUICK_SHAPES, device, one_cpu_thread, time_call, write_result
 
 VARIANTS = {
     "stiefel/polar_express": ("stiefel", dict(msign_method="polar_express")),
@@ -51,10 +51,8 @@ def main(out_dir: Path, quick: bool = False) -> dict:
     repeats = 5
     with one_cpu_thread(), Stopwatch() as sw:
         rows = [r for s in shapes for r in measure(s, repeats)]
-        record = provenance(dict(shapes=shapes, repeats=repeats, variants=list(VARIANTS), quick=quick,
-                                 device=str(device())))
-    result = dict(rows=rows, **record, wall_time_s=round(sw.seconds, 3))
-    write_json_atomic(Path(out_dir) / "retractions.json", result)
+    result = write_result(out_dir, "retractions", dict(rows=rows),
+                          dict(shapes=shapes, repeats=repeats, variants=list(VARIANTS), quick=quick), sw.seconds)
     for r in rows:
         print(f"{str(tuple(r['shape'])):>12} {r['variant']:>22}  time/stiefel {r['time_ratio_to_stiefel']:.2f}"
               f"  residual {r['residual']:.1e}")
