@@ -8,7 +8,7 @@ SCALE ?= cpu
 export PATH := $(CURDIR)/$(BIN):$(PATH)
 export PYTHONHASHSEED := 0
 
-.PHONY: help install book chapters runs reproduce test test-lib test-chapters test-runs bench clean
+.PHONY: help install book chapters runs reproduce test test-pages-native test-pages-portable bench clean
 
 help:  ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed -E 's/:.*## /\t/'
@@ -37,11 +37,24 @@ reproduce: install  ## re-execute every run notebook at SCALE (default cpu), the
 	$(PY) -m manifold_muon.pipeline runs --scale $(SCALE) --force
 	$(MAKE) book SCALE=$(SCALE)
 
-test: install  ## lib tests, nbval on the chapters, every run notebook at its smoke preset, benchmarks in quick mode
+# nbval re-executes every page and compares its outputs with the stored ones (figures: checked to exist).
+NBVAL = $(PY) -m pytest --nbval chapters/*.ipynb book/claims.ipynb -p manifold_muon.nbval_figures \
+	--nbval-sanitize-with chapters/nbval_sanitize.cfg -p no:cacheprovider
+# A second numerics personality: MKL's conditional-reproducibility mode and torch's generic CPU kernels take
+# other code paths, as another CPU would. The stored outputs must pass under both.
+PORTABLE_ENV = MKL_CBWR=COMPATIBLE ATEN_CPU_CAPABILITY=default
+
+test: install  ## lib tests, nbval on the pages (two numerics personalities), smoke runs, quick benchmarks
 	$(PY) -m pytest tests
-	$(PY) -m pytest --nbval chapters/*.ipynb book/claims.ipynb --nbval-sanitize-with chapters/nbval_sanitize.cfg -p no:cacheprovider
+	$(MAKE) --no-print-directory -j2 --output-sync=target test-pages-native test-pages-portable
 	$(PY) -m manifold_muon.pipeline smoke
 	$(PY) -m manifold_muon.bench --quick --out runs/_smoke/bench
+
+test-pages-native: install  ## nbval on every page, as this CPU computes
+	$(NBVAL)
+
+test-pages-portable: install  ## nbval on every page under the second numerics personality
+	$(PORTABLE_ENV) $(NBVAL)
 
 bench: install  ## micro-benchmarks, written under runs/bench/
 	$(PY) -m manifold_muon.bench
