@@ -30,9 +30,9 @@ from pathlib import Path
 
 import torch
 
-from manifold_muon.config import load_preset
-from manifold_muon.provenance import provenance, write_json_atomic
-from manifold_muon.train import train
+from manifold_muon_lab.config import load_preset
+from manifold_muon_lab.provenance import provenance, write_json_atomic
+from manifold_muon_lab.train import train
 
 order = ["unconstrained", "all_stiefel", "hetero", "all_dgram", "muon", "macro_fro", "macro_spec",
          "muonh_fro", "muonh_spec", "hetero_inv", "fso", "sso"]  # the post's three ratios first
@@ -40,7 +40,8 @@ post = {"all_stiefel": 5.8, "hetero": 8.3, "all_dgram": 13.6}
 budget, t0, rows = float(os.environ["BUDGET_S"]), time.perf_counter(), {}
 preset, steps, device = os.environ["PRESET"], int(os.environ["STEPS"]), os.environ["DEVICE"]
 cuda = device == "cuda"
-vocab = {} if load_preset(preset).vocab_size else {"vocab_size": 256}
+PRESETS = "runs/presets/training"
+vocab = {} if load_preset(preset, PRESETS).vocab_size else {"vocab_size": 256}
 out = Path(os.environ["RESULT_DIR"]) / "gpu_check.json"
 print(f"torch {torch.__version__}, {torch.cuda.get_device_name(0) if cuda else 'cpu'}, {preset}, {steps} steps",
       flush=True)
@@ -50,7 +51,7 @@ with tempfile.TemporaryDirectory() as tmp:
         if time.perf_counter() - t0 > budget:
             print(f"{a:14s} skipped: the {budget:.0f} s budget is spent", flush=True)
             continue
-        cfg = load_preset(preset, assignment=a, data="synthetic", max_steps=steps, warmup=3,
+        cfg = load_preset(preset, PRESETS, assignment=a, data="synthetic", max_steps=steps, warmup=3,
                           eval_every=10**9, eval_batches=1, probe_every=0, spectrum_every=0,
                           checkpoint_every=-1, compile=False, device=device, out_dir=f"{tmp}/{a}", **vocab)
         try:

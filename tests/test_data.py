@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import torch
 
-from manifold_muon import data
+from manifold_muon_lab import data
 
 TEXT = ("First line of the first document.\n"
         "Zweite Zeile: Grüße, naïve café — ünïcödé ✓ and a long-ish line to have something to split.\n") * 40

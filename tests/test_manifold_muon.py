@@ -10,7 +10,7 @@ from manifold_muon.manifolds import get_manifold
 from manifold_muon.optim import ManifoldMuon
 from manifold_muon.optim.inner_solvers import admm, dual_ascent, exact_solution, svt
 
-NAMES = ["stiefel", "dgram", "oblique"]
+NAMES = ["stiefel", "dgram", "gram_oblique"]
 
 
 def msign_exact(X):
@@ -66,7 +66,7 @@ def test_inner_solvers_reach_the_reference(name, shape, solver):
 
 
 def test_dual_ascent_early_stops_per_matrix_and_warm_starts():
-    M = get_manifold("oblique")
+    M = get_manifold("gram_oblique")
     g = torch.Generator().manual_seed(2)
     W = M.random_point((3, 8, 4), generator=g, dtype=torch.float64)
     G = torch.randn(3, 8, 4, generator=g, dtype=torch.float64)
@@ -142,7 +142,7 @@ def test_groups_carry_their_own_manifold_and_state_dict_round_trips():
     for gr in grads[2:]:
         a.grad, b.grad = gr.clone(), 2 * gr.clone()
         opt.step()
-    opt2 = ManifoldMuon([{"params": [a2], "manifold": "oblique"}, {"params": [b2], "manifold": "oblique"}], lr=1.0)
+    opt2 = ManifoldMuon([{"params": [a2], "manifold": "gram_oblique"}, {"params": [b2], "manifold": "gram_oblique"}], lr=1.0)
     opt2.load_state_dict(saved)
     assert opt2.param_groups[1]["manifold"].name == "dgram" and opt2.param_groups[0]["lr"] == 0.05
     for gr in grads[2:]:
@@ -177,7 +177,7 @@ def test_vector_parameter_is_refused_with_advice():
 
 
 def test_3d_parameter_is_refused_with_advice():
-    with pytest.raises(ValueError, match="Reshape"):
+    with pytest.raises(ValueError, match="reshape"):
         ManifoldMuon([torch.nn.Parameter(torch.randn(2, 4, 4))])
 
 
@@ -197,7 +197,7 @@ def test_non_finite_gradient_raises_and_changes_nothing(bad):
     a.grad, b.grad = torch.randn(6, 3), torch.randn(6, 3)
     b.grad[0, 0] = bad
     before = a.detach().clone()
-    with pytest.raises(FloatingPointError, match="non-finite"):
+    with pytest.raises(FloatingPointError, match="NaN or inf; no weight was changed"):
         opt.step()
     assert torch.equal(a, before) and len(opt.state) == 0
 

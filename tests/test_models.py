@@ -7,8 +7,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from manifold_muon.models import GPT, ROLES, GPTConfig, Qwen3, Qwen3Config, attention_probe, build_model, generate
-from manifold_muon.models.qwen3 import Rotary
+from manifold_muon_lab.models import GPT, ROLES, GPTConfig, Qwen3, Qwen3Config, attention_probe, build_model
+from manifold_muon_lab.models.qwen3 import Rotary
 
 TINY = {
     "gpt2": GPTConfig.nano(n_layer=2, block_size=32),
@@ -19,13 +19,28 @@ TINY = {
 }
 
 
+def make(config):
+    """The model of a config object (the training loop builds from a family name: ``build_model``)."""
+    return (GPT if isinstance(config, GPTConfig) else Qwen3)(config)
+
+
+def test_build_model_builds_each_family_and_refuses_unknown_fields():
+    model = build_model("qwen3", n_layer=1, n_head=2, n_kv_head=1, n_embd=16, block_size=8, vocab_size=32, ffn_dim=48)
+    assert isinstance(model, Qwen3) and model.config.ffn_dim == 48
+    assert isinstance(build_model("gpt2", n_layer=1, n_head=2, n_embd=16, block_size=8, vocab_size=32), GPT)
+    with pytest.raises(ValueError, match=r"Qwen3Config has no field\(s\) \['ffn_size'\]; its fields are .*ffn_dim"):
+        build_model("qwen3", ffn_size=64)
+    with pytest.raises(ValueError, match="unknown model family 'llama'; choose one of: gpt2, qwen3"):
+        build_model("llama")
+
+
 def tokens(B=2, T=16, V=256, seed=0):
     return torch.randint(0, V, (B, T), generator=torch.Generator().manual_seed(seed))
 
 
 @pytest.mark.parametrize("name", TINY)
 def test_forward_shapes_loss_and_gradients(name):
-    model = build_model(TINY[name])
+    model = make(TINY[name])
     idx, targets = tokens(), tokens(seed=1)
     logits, loss = model(idx, targets)
     assert logits.shape == (2, 16, 256)
@@ -45,7 +60,7 @@ def test_forward_shapes_loss_and_gradients(name):
 
 @pytest.mark.parametrize("name", TINY)
 def test_causal_a_future_token_does_not_change_earlier_logits(name):
-    model = build_model(TINY[name]).eval()
+    model = make(TINY[name]).eval()
     idx = tokens()
     changed = idx.clone()
     changed[:, 10] = (changed[:, 10] + 1) % 256
@@ -57,7 +72,7 @@ def test_causal_a_future_token_does_not_change_earlier_logits(name):
 
 @pytest.mark.parametrize("name", TINY)
 def test_head_is_tied_to_embedding(name):
-    model = build_model(TINY[name])
+    model = make(TINY[name])
     emb = model.transformer.wte if isinstance(model, GPT) else model.embed
     assert model.lm_head.weight is emb.weight
     assert model.num_params() == sum(p.numel() for p in {id(p): p for p in model.parameters()}.values())
@@ -72,7 +87,7 @@ def test_head_is_tied_to_embedding(name):
 
 @pytest.mark.parametrize("name", TINY)
 def test_param_roles_cover_every_parameter_once(name):
-    model = build_model(TINY[name])
+    model = make(TINY[name])
     roles = model.param_roles()
     names = [n for n, _ in model.named_parameters()]
     assert sorted(roles) == sorted(names) and len(names) == len(set(names))
@@ -96,19 +111,9 @@ def test_param_roles_cover_every_parameter_once(name):
         assert count("norm") == (0 if model.config.rmsnorm_free else 4 * L + 1)
 
 
-@pytest.mark.parametrize("config", [
-    GPTConfig.nano(), GPTConfig.nano(bias=False),
-    GPTConfig(block_size=8, vocab_size=11, n_layer=1, n_head=3, n_embd=12),
-    Qwen3Config.nano(), Qwen3Config.nano(rmsnorm_free=True), Qwen3Config.nano(head_dim=6, ffn_dim=50),
-])
-def test_parameter_count_formula_matches_built_model(config):
-    assert config.num_params() == build_model(config).num_params()
-
-
 def test_gpt2_124m_has_gpt2_small_parameter_count():
     # GPT-2 small as published (and as HF/nanoGPT count it with the tied head once): 124,439,808
     config = GPTConfig.gpt2_124m()
-    assert config.num_params() == 124_439_808
     with torch.device("meta"):  # builds the modules without allocating or initialising memory
         model = GPT(config)
     assert model.num_params() == 124_439_808
@@ -120,9 +125,8 @@ def test_qwen3_presets_land_near_the_papers_sizes(preset, nominal):
     config = getattr(Qwen3Config, preset)()
     assert (config.block_size, config.vocab_size) == (1024, 50304)
     assert config.n_embd == config.n_head * config.head_dim
-    assert abs(config.num_params() / nominal - 1) < 0.05
     with torch.device("meta"):
-        assert Qwen3(config).num_params() == config.num_params()
+        assert abs(Qwen3(config).num_params() / nominal - 1) < 0.05
 
 
 def test_bad_configs_are_refused_with_a_sentence():
@@ -135,7 +139,7 @@ def test_bad_configs_are_refused_with_a_sentence():
     with pytest.raises(ValueError, match="even"):
         Qwen3Config(n_embd=60, n_head=4, n_kv_head=2)  # head_dim 15
     with pytest.raises(ValueError, match="block_size"):
-        build_model(TINY["gpt2"])(tokens(T=33))
+        make(TINY["gpt2"])(tokens(T=33))
 
 
 def test_rmsnorm_free_has_no_learnable_norm_and_stays_finite():
@@ -171,7 +175,7 @@ def test_norm_gated_swiglu_grows_linearly_and_swiglu_quadratically():
 def test_attention_matches_an_explicit_softmax(name):
     # SDPA with grouped-query heads equals softmax(q k^T / sqrt(hd) + causal mask) v, each query head
     # h reading key/value head h // (n_head / n_kv_head)
-    model = build_model(TINY[name]).eval()
+    model = make(TINY[name]).eval()
     attn = model.transformer.h[0].attn if isinstance(model, GPT) else model.layers[0].attn
     x = torch.randn(2, 12, 64)
     q, k, v = attn.queries_keys_values(x)
@@ -199,7 +203,7 @@ def test_rope_scores_depend_only_on_the_offset():
 
 @pytest.mark.parametrize("name", ["gpt2", "qwen3", "qwen3_free"])
 def test_attention_probe_statistics_are_consistent(name):
-    model = build_model(TINY[name])
+    model = make(TINY[name])
     idx = tokens(B=2, T=20)
     model.train()
     stats = attention_probe(model, idx, max_rows=48)
@@ -255,16 +259,3 @@ def test_attention_probe_on_uniform_attention():
         assert torch.allclose(layer["entropy"], torch.log(n), atol=1e-5)
         assert torch.allclose(layer["jacobian_fro"], (1 / n - 1 / n**2).sqrt(), atol=1e-6)
         assert torch.allclose(layer["logit_range"], torch.zeros_like(n))
-
-
-@pytest.mark.parametrize("name", ["gpt2", "qwen3"])
-def test_generate_greedy_follows_the_argmax_and_sampling_is_seeded(name):
-    model = build_model(TINY[name])
-    idx = tokens(B=2, T=30)
-    out = generate(model, idx, 5, top_k=1)  # runs past block_size 32: the context is cropped
-    assert out.shape == (2, 35) and torch.equal(out[:, :30], idx)
-    logits, _ = model.eval()(out[:, -33:-1])
-    assert torch.equal(out[:, -1], logits[:, -1].argmax(-1))
-    a = generate(model, idx[:, :4], 6, temperature=0.8, top_k=20, generator=torch.Generator().manual_seed(3))
-    b = generate(model, idx[:, :4], 6, temperature=0.8, top_k=20, generator=torch.Generator().manual_seed(3))
-    assert torch.equal(a, b)

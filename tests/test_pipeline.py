@@ -8,7 +8,7 @@ import jupytext
 import nbformat
 import pytest
 
-from manifold_muon import pipeline
+from manifold_muon_book import pipeline
 
 ROOT = Path(__file__).resolve().parents[1]
 

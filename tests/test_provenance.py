@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from manifold_muon.provenance import provenance, read_json, summary, write_json_atomic, write_text_atomic
+from manifold_muon_lab.provenance import provenance, summary, write_json_atomic, write_text_atomic
 
 
 def test_provenance_records_what_produced_a_result():
@@ -27,8 +27,3 @@ def test_a_failed_write_keeps_the_old_file_and_leaves_no_temporary(tmp_path):
         write_text_atomic(path, 12345)  # the write itself fails half-way
     assert json.loads(path.read_text()) == {"a": 1}
     assert sorted(p.name for p in tmp_path.iterdir()) == ["m.json"]
-
-
-def test_read_json_names_the_command_that_makes_a_missing_file(tmp_path):
-    with pytest.raises(FileNotFoundError, match="make runs"):
-        read_json(tmp_path / "nope.json")

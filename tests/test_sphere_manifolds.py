@@ -8,7 +8,7 @@ import torch
 from manifold_muon.manifolds import available_manifolds, get_manifold
 from manifold_muon.manifolds.spheres import SpectralSphere, top_singular_pair
 
-SPHERES = ["frobenius_sphere", "spectral_sphere", "oblique_in", "oblique_out"]
+SPHERES = ["frobenius_sphere", "spectral_sphere", "input_oblique_sphere", "output_oblique_sphere"]
 SHAPES = [(7, 4), (4, 7), (5, 5)]
 DTYPES = [torch.float32, torch.float64]
 TOL = {torch.float32: 2e-5, torch.float64: 1e-11}
@@ -55,11 +55,11 @@ def test_radius_rules_table1():
     D_out, D_in, r = 12, 3, 0.5
     assert math.isclose(get_manifold("frobenius_sphere", r=r).radius((D_out, D_in)), r * math.sqrt(D_out))
     assert math.isclose(get_manifold("spectral_sphere", r=r).radius((D_out, D_in)), r * math.sqrt(D_out / D_in))
-    assert math.isclose(get_manifold("oblique_in", r=r).radius((D_out, D_in)), r * math.sqrt(D_out / D_in))
-    assert math.isclose(get_manifold("oblique_out", r=r).radius((D_out, D_in)), r)
+    assert math.isclose(get_manifold("input_oblique_sphere", r=r).radius((D_out, D_in)), r * math.sqrt(D_out / D_in))
+    assert math.isclose(get_manifold("output_oblique_sphere", r=r).radius((D_out, D_in)), r)
     assert get_manifold("frobenius_sphere", radius=2.5).radius((D_out, D_in)) == 2.5
     # eq. (42): the oblique radii are chosen so that ||W||_F equals the Frobenius sphere's radius
-    for name in ("oblique_in", "oblique_out"):
+    for name in ("input_oblique_sphere", "output_oblique_sphere"):
         W = get_manifold(name, r=r).random_point((D_out, D_in), dtype=torch.float64)
         assert math.isclose(float(W.norm()), r * math.sqrt(D_out), rel_tol=1e-12)
 
@@ -110,8 +110,8 @@ def test_bad_input_is_refused():
     with pytest.raises(ValueError, match="AdamW"):
         get_manifold("spectral_sphere").retract(torch.randn(5))
     with pytest.raises(ValueError, match="r must be a positive"):
-        get_manifold("oblique_in", r=0)
+        get_manifold("input_oblique_sphere", r=0)
     with pytest.raises(ValueError, match="radius"):
-        get_manifold("oblique_out", radius=-1.0)
+        get_manifold("output_oblique_sphere", radius=-1.0)
     with pytest.raises(ValueError, match="approx, exact"):
         get_manifold("spectral_sphere", retraction="svd")

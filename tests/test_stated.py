@@ -20,7 +20,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from manifold_muon.stated import magnitude, stated, stated_table
+from manifold_muon_book.stated import magnitude, stated, stated_table
 
 ROOT = Path(__file__).resolve().parents[1]
 PAGES = sorted((ROOT / "chapters").glob("*.md")) + [ROOT / "book" / "claims.md"]
@@ -120,7 +120,7 @@ def test_no_glued_number_is_stored_as_a_long_float(md):
             continue
         long = _long_floats(text)
         assert not long, (f"{md.name}: {name!r} is glued as {text}; glue numbers with "
-                          "manifold_muon.stated.glue_value(name, x, fmt) at the precision the prose uses")
+                          "manifold_muon_book.stated.glue_value(name, x, fmt) at the precision the prose uses")
 
 
 @pytest.mark.parametrize("md", PAGES, ids=lambda p: p.name)
@@ -133,7 +133,7 @@ def test_no_output_shows_a_long_float(md):
                 text = "".join(text) if isinstance(text, list) else text
                 long = _long_floats(text)
                 assert not long, (f"{md.name}, cell {i}: an output shows {long[:3]}; show tables with "
-                                  "manifold_muon.stated.stated_table and numbers at the precision the text claims")
+                                  "manifold_muon_book.stated.stated_table and numbers at the precision the text claims")
 
 
 # ----------------------------------------------------------------------------- teeth
@@ -141,7 +141,7 @@ def test_no_output_shows_a_long_float(md):
 
 def _nbval(notebook: Path, cwd: Path) -> subprocess.CompletedProcess:
     return subprocess.run(
-        [sys.executable, "-m", "pytest", "--nbval", str(notebook), "-p", "manifold_muon.nbval_figures",
+        [sys.executable, "-m", "pytest", "--nbval", str(notebook), "-p", "manifold_muon_book.nbval_figures",
          "--nbval-sanitize-with", str(ROOT / "chapters" / "nbval_sanitize.cfg"), "-p", "no:cacheprovider", "-q"],
         cwd=cwd, capture_output=True, text=True, env={**os.environ, "PYTHONHASHSEED": "0"})
 

@@ -1,6 +1,6 @@
 """The training loop: schedule, config checks, metrics, divergence, kill-and-resume, two-process DDP.
 
-The subprocess tests run the real command line (``python -m manifold_muon.train``, and under
+The subprocess tests run the real command line (``python -m manifold_muon_lab.train``, and under
 ``torchrun``) on the cpu-tiny preset with the real models, data and optimizers.
 """
 
@@ -18,10 +18,21 @@ from pathlib import Path
 import pytest
 import torch
 
-from manifold_muon import train as T
-from manifold_muon.config import TrainConfig, load_preset, parse_overrides, validate
+from manifold_muon_lab import train as T
+from manifold_muon_lab.config import TrainConfig, available_presets, parse_overrides, validate
+from manifold_muon_lab.config import load_preset as _load_preset
+from manifold_muon_lab.models import build_model
 
 ROOT = Path(__file__).resolve().parents[1]
+PRESETS = ROOT / "runs" / "presets" / "training"
+
+
+def load_preset(name, **overrides):
+    return _load_preset(name, PRESETS, **overrides)
+
+
+def model_of(cfg, vocab_size):
+    return build_model(cfg.family, **T.model_fields(cfg, vocab_size))
 
 
 def tiny(tmp_path, **kw) -> TrainConfig:
@@ -71,16 +82,15 @@ def test_validate_names_the_closest_key_and_every_problem():
     with pytest.raises(ValueError, match="bias and dropout apply to family gpt2 only"):
         validate(TrainConfig(family="qwen3", n_kv_head=2, dropout=0.1))
     with pytest.raises(ValueError, match=r"model_extra keys \['ffn_size'\] are not fields of Qwen3Config: .*ffn_dim"):
-        T.build_model(TrainConfig(family="qwen3", model_extra={"ffn_size": 64}), 32)
-    assert T.build_model(TrainConfig(family="qwen3", model_extra={"ffn_dim": 48}), 32).config.ffn_dim == 48
+        validate(TrainConfig(family="qwen3", model_extra={"ffn_size": 64}))
+    assert model_of(TrainConfig(family="qwen3", model_extra={"ffn_dim": 48}), 32).config.ffn_dim == 48
     with pytest.raises(FileNotFoundError, match="choose one of: .*cpu-tiny"):
         load_preset("no-such-preset")
 
 
 def test_every_preset_loads_and_validates():
-    from manifold_muon.config import available_presets
 
-    names = available_presets()
+    names = available_presets(PRESETS)
     assert {"cpu-tiny", "cpu", "gpt2-124m", "qwen3-120m", "qwen3-330m", "qwen3-1b"} <= set(names)
     for name in names:
         validate(load_preset(name))
@@ -95,7 +105,7 @@ def test_paper_presets_build_their_optimizers_for_every_listed_assignment(name):
     small = dict(n_layer=1, n_head=2, n_embd=32, block_size=16, **({"n_kv_head": 1} if cfg.family == "qwen3" else {}))
     for a in {cfg.assignment, *cfg.per_assignment}:
         c = load_preset(name, assignment=a, **small)
-        model = T.build_model(c, 64)
+        model = model_of(c, 64)
         opts = build_optimizers(model, c.assignment, lr=c.lr, adamw_lr=c.adamw_lr, **c.optimizer)
         assert opts and all(g["lr"] == c.lr for o in opts[:-1] for g in o.param_groups)
         assert opts[-1].param_groups[0]["lr"] == c.adamw_lr
@@ -136,7 +146,7 @@ def test_a_run_records_step_eval_and_update_metrics(tmp_path):
         ratio = T.lr_ratio(r["step"], cfg.warmup, cfg.max_steps, cfg.min_lr_ratio)
         assert r["lr"]["AdamW"] == pytest.approx(cfg.adamw_lr * ratio)
         assert r["lr"]["ManifoldMuon"] == pytest.approx(cfg.lr * ratio)
-    model_mats = {n for n, p in T.build_model(cfg, 32).named_parameters() if p.ndim == 2}
+    model_mats = {n for n, p in model_of(cfg, 32).named_parameters() if p.ndim == 2}
     e = evals[1]
     assert set(e["sigma_max"]) == model_mats and set(e["spectrum"]) == model_mats
     for name, s in e["spectrum"].items():
@@ -204,7 +214,7 @@ def test_a_mismatched_or_corrupt_checkpoint_is_refused_with_advice(tmp_path):
 
 def _cli(args, **kw):
     env = {**os.environ, "PYTHONHASHSEED": "0", "OMP_NUM_THREADS": "1"}
-    return subprocess.Popen([sys.executable, "-m", "manifold_muon.train", *args], cwd=ROOT, env=env,
+    return subprocess.Popen([sys.executable, "-m", "manifold_muon_lab.train", *args], cwd=ROOT, env=env,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, **kw)
 
 
@@ -249,7 +259,7 @@ def test_two_gloo_processes_take_the_same_steps_as_one(tmp_path):
     args = ["--preset", "cpu-tiny", "--no-progress", *[f"--set={k}={v}" for k, v in sets.items()]]
     env = {**os.environ, "PYTHONHASHSEED": "0", "OMP_NUM_THREADS": "1"}
     two = subprocess.run([str(Path(sys.executable).with_name("torchrun")), "--standalone", "--nproc_per_node", "2",
-                          "-m", "manifold_muon.train", *args, "--out-dir", str(tmp_path / "two")],
+                          "-m", "manifold_muon_lab.train", *args, "--out-dir", str(tmp_path / "two")],
                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=180)
     assert two.returncode == 0, two.stderr[-3000:]
     T.train(load_preset("cpu-tiny", **sets, gradient_accumulation_steps=2, out_dir=str(tmp_path / "one")),
@@ -259,13 +269,13 @@ def test_two_gloo_processes_take_the_same_steps_as_one(tmp_path):
     for k in a:
         assert torch.equal(a[k], b[k]), k
     assert not torch.equal(a["transformer.h.0.mlp.c_fc.weight"],
-                           T.build_model(load_preset("cpu-tiny"), 256).state_dict()["transformer.h.0.mlp.c_fc.weight"])
+                           model_of(load_preset("cpu-tiny"), 256).state_dict()["transformer.h.0.mlp.c_fc.weight"])
     losses = [[r["loss"] for r in read_jsonl(tmp_path / d / "metrics.jsonl") if r["kind"] == "step"] for d in ("one", "two")]
     assert losses[0] == losses[1] and len(losses[0]) == 3
 
 
 def test_training_benchmark_times_an_assignment(tmp_path):
-    from manifold_muon.bench.training import time_assignment
+    from manifold_muon_book.bench.training import time_assignment
 
     r = time_assignment("cpu-tiny", "hetero", steps=2, out_dir=tmp_path, n_layer=1)
     assert r["status"] == "completed" and r["steps_timed"] == 1

@@ -3,26 +3,25 @@
 Every parameter has a *role*. Block matrices (``attn_q``, ``attn_k``, ``attn_v``, ``attn_qkv``,
 ``attn_o``, ``mlp_up``, ``mlp_gate``, ``mlp_down``) go where the assignment says; everything else
 (``embedding``, ``pos_embedding``, ``head``, ``norm``, ``bias``) goes to AdamW, as in both papers.
-Roles come from ``model.param_roles()`` when the model has it (this package's GPT and Qwen3), else from
-nanoGPT / Qwen3 parameter names (see ``infer_role``), else from ``roles=`` given by the caller.
+Roles come from ``model.param_roles()`` when the model has it, else from nanoGPT / Qwen3 parameter
+names (see ``infer_role``), else from ``roles=`` given by the caller.
 
 An assignment maps selectors to rules, applied in order (a later entry overrides an earlier one for the
 parameters both match):
 
-    selector   "*" (every block matrix), "attn", "mlp", a role ("attn_qkv"), a layer index (int),
-               or "re:<regex>" matched (re.search) against the parameter name
-    rule       (optimizer, manifold) or (optimizer, manifold, {options}); optimizer one of OPTIMIZERS,
-               manifold a registered name or None (Muon)
+    selector   "*" (every block matrix), "attn", "mlp", or a role ("attn_qkv", "mlp_up", ...)
+    rule       (optimizer, manifold) or (optimizer, manifold, {options}); optimizer a key of OPTIMIZERS,
+               manifold a registered name (None for Muon), options keyword arguments of that optimizer
 
 Named assignments (``ASSIGNMENTS``): the blog post's five ("unconstrained", "all_stiefel", "all_dgram",
-"hetero" = attention Stiefel / MLP DGram, "hetero_inv" = the reverse) and 003's ("muon", "macro_fro",
-"macro_spec", "muonh_fro", "muonh_spec", "sso", "fso").
+"hetero" = attention Stiefel / MLP DGram, "hetero_inv" = the reverse) and the paper's ("muon", "macro_fro",
+"macro_spec", "muonh_fro", "muonh_spec", "sso", "fso"). Both papers' Muon baselines are torch.optim.Muon,
+so their Muon rules carry ``TORCH_MUON`` (Newton-Schulz in bfloat16).
 
 GPT-2's fused c_attn (2304 x 768 = [W_q; W_k; W_v]) is one matrix on one manifold by default: that is what
 the post evidently did (its Fig. 7 shows "layer 0, c_attn" with 768 singular values, the spectrum of
-the fused matrix). ``split_qkv=True`` instead puts each of W_q, W_k, W_v on its own sphere (003's
-"qkv-split", after [59]); it is implemented for the sphere optimizers (MACRO, MuonH, SSO, FSO) only:
-Muon is unchanged by it up to msign of the fused matrix vs the blocks, and ManifoldMuon does not offer it.
+the fused matrix). ``split_qkv=True`` instead puts each of W_q, W_k, W_v on its own sphere (the paper's
+"qkv-split", after [59]); it is implemented for the sphere optimizers (MACRO, MuonH, SSO, FSO) only.
 """
 
 from __future__ import annotations
@@ -33,16 +32,15 @@ from dataclasses import dataclass, field
 
 import torch
 
-from . import optim as _optim
-from .manifolds import available_manifolds
+from .manifolds import available_manifolds, get_manifold
+from .optim import FSO, MACRO, SSO, TORCH_MUON, ManifoldMuon, MatrixOptimizer, Muon, MuonH
 
 __all__ = ["ASSIGNMENTS", "MATRIX_ROLES", "ADAMW_ROLES", "OPTIMIZERS", "Assignment", "build_optimizers",
            "describe", "plan", "infer_role", "param_roles", "retract_parameters"]
 
 MATRIX_ROLES = ("attn_q", "attn_k", "attn_v", "attn_qkv", "attn_o", "mlp_up", "mlp_gate", "mlp_down")
 ADAMW_ROLES = ("embedding", "pos_embedding", "head", "norm", "bias")
-OPTIMIZERS = {"muon": "Muon", "manifold_muon": "ManifoldMuon", "macro": "MACRO", "muonh": "MuonH", "sso": "SSO",
-              "fso": "FSO"}  # key -> class name in manifold_muon.optim
+OPTIMIZERS = {"muon": Muon, "manifold_muon": ManifoldMuon, "macro": MACRO, "muonh": MuonH, "sso": SSO, "fso": FSO}
 _SPLITTABLE = ("macro", "muonh", "sso", "fso")
 
 
@@ -56,7 +54,8 @@ class Assignment:
 
 
 _POST_ADAMW = dict(lr=6e-4, betas=(0.9, 0.95), weight_decay=0.1)  # nanoGPT's defaults, as the post says
-_003_ADAMW = dict(lr=5e-3, betas=(0.9, 0.95), eps=1e-8, weight_decay=0.0)  # 003, App. D (its weight decay unstated)
+_PAPER_ADAMW = dict(lr=5e-3, betas=(0.9, 0.95), eps=1e-8, weight_decay=0.0)  # the paper, App. D (its weight decay unstated)
+_TORCH_MUON = ("muon", None, TORCH_MUON)
 
 
 def _all(rule, adamw):
@@ -64,20 +63,20 @@ def _all(rule, adamw):
 
 
 ASSIGNMENTS = {
-    "unconstrained": Assignment("unconstrained", *_all(("muon", None), _POST_ADAMW)),
+    "unconstrained": Assignment("unconstrained", *_all(_TORCH_MUON, _POST_ADAMW)),
     "all_stiefel": Assignment("all_stiefel", *_all(("manifold_muon", "stiefel"), _POST_ADAMW)),
     "all_dgram": Assignment("all_dgram", *_all(("manifold_muon", "dgram"), _POST_ADAMW)),
     "hetero": Assignment("hetero", (("attn", ("manifold_muon", "stiefel")), ("mlp", ("manifold_muon", "dgram"))),
                          _POST_ADAMW),
     "hetero_inv": Assignment("hetero_inv", (("attn", ("manifold_muon", "dgram")),
                                             ("mlp", ("manifold_muon", "stiefel"))), _POST_ADAMW),
-    "muon": Assignment("muon", *_all(("muon", None), _003_ADAMW)),
-    "macro_fro": Assignment("macro_fro", *_all(("macro", "frobenius_sphere"), _003_ADAMW)),
-    "macro_spec": Assignment("macro_spec", *_all(("macro", "spectral_sphere"), _003_ADAMW)),
-    "muonh_fro": Assignment("muonh_fro", *_all(("muonh", "frobenius_sphere"), _003_ADAMW)),
-    "muonh_spec": Assignment("muonh_spec", *_all(("muonh", "spectral_sphere"), _003_ADAMW)),
-    "sso": Assignment("sso", *_all(("sso", "spectral_sphere"), _003_ADAMW)),
-    "fso": Assignment("fso", *_all(("fso", "frobenius_sphere"), _003_ADAMW)),
+    "muon": Assignment("muon", *_all(_TORCH_MUON, _PAPER_ADAMW)),
+    "macro_fro": Assignment("macro_fro", *_all(("macro", "frobenius_sphere"), _PAPER_ADAMW)),
+    "macro_spec": Assignment("macro_spec", *_all(("macro", "spectral_sphere"), _PAPER_ADAMW)),
+    "muonh_fro": Assignment("muonh_fro", *_all(("muonh", "frobenius_sphere"), _PAPER_ADAMW)),
+    "muonh_spec": Assignment("muonh_spec", *_all(("muonh", "spectral_sphere"), _PAPER_ADAMW)),
+    "sso": Assignment("sso", *_all(("sso", "spectral_sphere"), _PAPER_ADAMW)),
+    "fso": Assignment("fso", *_all(("fso", "frobenius_sphere"), _PAPER_ADAMW)),
 }
 
 # nanoGPT (GPT-2) and Qwen3 names -> role, for models without param_roles(); first match wins
@@ -117,27 +116,17 @@ def param_roles(model: torch.nn.Module, roles: dict | None = None) -> dict:
     return out
 
 
-def _layer(name: str):
-    m = re.search(r"(?:^|\.)(?:h|layers)\.(\d+)\.", name)
-    return int(m.group(1)) if m else None
-
-
-def _matches(selector, name: str, role: str) -> bool:
+def _matches(selector, role: str) -> bool:
     if selector == "*":
         return True
-    if isinstance(selector, int):
-        return _layer(name) == selector
     if selector in ("attn", "mlp"):
         return role.startswith(selector + "_")
     if selector in MATRIX_ROLES:
         return role == selector
-    if isinstance(selector, str) and selector.startswith("re:"):
-        return re.search(selector[3:], name) is not None
     if selector in ADAMW_ROLES:
         raise ValueError(f"role {selector!r} always goes to AdamW; an assignment selects block matrices only "
                          f"({', '.join(MATRIX_ROLES)})")
-    raise ValueError(f"unknown selector {selector!r}; use '*', 'attn', 'mlp', a role ({', '.join(MATRIX_ROLES)}), "
-                     "a layer index (int) or 're:<regex on the parameter name>'")
+    raise ValueError(f"unknown selector {selector!r}; use '*', 'attn', 'mlp' or a role ({', '.join(MATRIX_ROLES)})")
 
 
 def _rule(rule):
@@ -183,7 +172,7 @@ def plan(model: torch.nn.Module, assignment, roles: dict | None = None, split_qk
                 raise ValueError(f"{name!r} has role {role!r} but shape {tuple(p.shape)}; block matrices are 2-D")
             chosen = None
             for sel, rule in rules:
-                if _matches(sel, name, role):
+                if _matches(sel, role):
                     chosen = rule
             if chosen is None:
                 raise ValueError(f"assignment {a.name!r} selects no optimizer for {name!r} (role {role}); "
@@ -199,42 +188,39 @@ def plan(model: torch.nn.Module, assignment, roles: dict | None = None, split_qk
     return rows
 
 
-def _optimizer_class(key: str):
-    cls = getattr(_optim, OPTIMIZERS[key], None)
-    if cls is None:
-        raise ImportError(f"optimizer {OPTIMIZERS[key]} is not available in manifold_muon.optim (its module is "
-                          "missing); choose an assignment that does not use it")
-    return cls
-
-
 def _accepted(cls) -> set:
+    """The keyword arguments ``cls(params, ...)`` takes (its own and its bases')."""
     names = set()
     for klass in cls.__mro__:
         init = klass.__dict__.get("__init__")
-        if init is not None:
+        if init is not None and issubclass(klass, MatrixOptimizer):
             names |= {n for n, q in inspect.signature(init).parameters.items()
-                      if q.kind not in (q.VAR_KEYWORD, q.VAR_POSITIONAL) and n not in ("self", "params")}
+                      if q.kind not in (q.VAR_KEYWORD, q.VAR_POSITIONAL) and n not in ("self", "params")
+                      and not n.startswith("_")}
     return names
 
 
 def build_optimizers(model: torch.nn.Module, assignment, lr: float = 0.02, adamw_lr: float | None = None,
                      roles: dict | None = None, split_qkv: bool = False, adamw: dict | None = None,
-                     **overrides) -> list[torch.optim.Optimizer]:
-    """[one optimizer per matrix-optimizer kind used (a param group per manifold/options), AdamW].
+                     manifold_args: dict | None = None, **overrides) -> list[torch.optim.Optimizer]:
+    """[one optimizer per matrix-optimizer kind used (a param group per manifold and options), AdamW].
 
     ``lr`` goes to every matrix optimizer; ``overrides`` go to each matrix optimizer that accepts them
-    (e.g. ``r=2.0`` to the sphere optimizers, ``inner_steps=20`` to ManifoldMuon); one accepted by none is
-    an error. ``adamw_lr`` and ``adamw`` (a dict) change the AdamW settings of the assignment (the post's
-    use nanoGPT's, 003's its App. D values). AdamW's weight decay applies to 2-D parameters (embeddings, head)
-    only, as in nanoGPT. Call ``retract_parameters(optimizers)`` once to put the weights on their manifolds.
+    (e.g. ``inner_steps=20`` to ManifoldMuon, ``c=2.0`` to the sphere optimizers); one accepted by none is
+    an error. ``manifold_args`` go to every manifold of the assignment (e.g. ``{"r": 2.0}``, the radius
+    factor of the paper's spheres). ``adamw_lr`` and ``adamw`` (a dict) change the AdamW settings of the
+    assignment (the post's use nanoGPT's, the paper's its App. D values). AdamW's weight decay applies to
+    2-D parameters (embeddings, head) only, as in nanoGPT. Call ``retract_parameters(optimizers)`` once to
+    put the weights on their manifolds.
     """
     a = _assignment(assignment)
-    used = {_optimizer_class(r["optimizer"]) for r in plan(model, a, roles, split_qkv) if r["optimizer"] != "adamw"}
-    unknown = set(overrides) - set().union(*[_accepted(c) for c in used]) if used else set(overrides)
+    rows = plan(model, a, roles, split_qkv)
+    used = {OPTIMIZERS[r["optimizer"]] for r in rows if r["optimizer"] != "adamw"}
+    accepted = set().union(*[_accepted(c) for c in used]) if used else set()
+    unknown = set(overrides) - accepted
     if unknown:
         raise ValueError(f"no optimizer of assignment {a.name!r} takes {', '.join(sorted(unknown))}; "
-                         f"they take {', '.join(sorted(set().union(*[_accepted(c) for c in used])))}")
-    rows = plan(model, a, roles, split_qkv)
+                         f"they take {', '.join(sorted(accepted))}")
     params = dict(model.named_parameters())
     groups: dict[str, dict] = {}
     decay, no_decay = [], []
@@ -247,13 +233,13 @@ def build_optimizers(model: torch.nn.Module, assignment, lr: float = 0.02, adamw
         groups.setdefault(r["optimizer"], {}).setdefault(key, []).append(p)
     optimizers = []
     for opt_name, by_key in groups.items():
-        cls = _optimizer_class(opt_name)
+        cls = OPTIMIZERS[opt_name]
         kwargs = {k: v for k, v in overrides.items() if k in _accepted(cls)}
         param_groups = []
         for (manifold, options), ps in by_key.items():
             g = {"params": ps, **dict(options)}
             if manifold is not None:
-                g["manifold"] = manifold
+                g["manifold"] = _manifold(manifold, manifold_args)
             param_groups.append(g)
         optimizers.append(cls(param_groups, lr=lr, **kwargs))
     settings = {**a.adamw, **(adamw or {})}
@@ -267,11 +253,19 @@ def build_optimizers(model: torch.nn.Module, assignment, lr: float = 0.02, adamw
     return optimizers
 
 
+def _manifold(name: str, manifold_args: dict | None):
+    try:
+        return get_manifold(name, **(manifold_args or {}))
+    except TypeError as e:
+        raise ValueError(f"manifold {name!r} does not take manifold_args {manifold_args} ({e}); give each manifold "
+                         "only arguments it takes (the spheres take r, radius; see manifold_muon.manifolds)") from None
+
+
 @torch.no_grad()
 def retract_parameters(optimizers) -> None:
     """Put every manifold-constrained weight on its manifold (once, after initialisation)."""
     for opt in optimizers:
-        if callable(getattr(opt, "retract_parameters", None)):
+        if isinstance(opt, MatrixOptimizer):
             opt.retract_parameters()
 
 

@@ -1,44 +1,59 @@
 """The matrix sign: msign(G) = U V^T for G = U diag(s) V^T.
 
-Three ways to compute it, all batched over leading dimensions:
+Three ways to compute it (``METHODS``), all batched over leading dimensions:
 
-* ``svd``            exact (up to float rounding); the reference. Directions with
-                     zero singular value map to zero, as sign(0) = 0.
-* ``newton_schulz``  Jordan's quintic iteration X <- a X + b (X X^T) X + c (X X^T)^2 X
-                     with (a, b, c) = (3.4445, -4.7750, 2.0315), the same polynomial
-                     at every step. It does not converge to 1: it drives singular
+* ``svd``            exact (up to float rounding); the reference. Directions with zero singular value
+                     map to zero, as sign(0) = 0.
+* ``newton_schulz``  Jordan's quintic X <- a X + b (X X^T) X + c (X X^T)^2 X with (a, b, c) =
+                     (3.4445, -4.7750, 2.0315), the same polynomial at every step, in the order of
+                     operations of ``torch.optim.Muon``. It does not converge to 1: it drives singular
                      values into a band around 1 quickly, which is all Muon needs.
-* ``polar_express``  a different odd quintic at every step, each the minimax
-                     (equioscillating) approximation of 1 on the interval the
-                     previous step left (Amsel et al., "The Polar Express", 2025).
-                     The coefficients are computed here by the Remez exchange
-                     algorithm, not copied from a table.
+* ``polar_express``  a different odd quintic at every step, each the minimax (equioscillating)
+                     approximation of 1 on the interval the previous step left (Amsel et al., "The Polar
+                     Express", 2025). The coefficients are computed here by the Remez exchange algorithm.
 
-The iterative methods run in ``dtype`` (float32 or bfloat16) and return that dtype.
+``DEFAULT`` is the one msign every optimizer of the package uses unless told otherwise.
+The iterative methods run in ``dtype`` (default: the input's) and return that dtype.
 """
 
 from __future__ import annotations
 
 import functools
 import math
+from dataclasses import dataclass
 
 import numpy as np
 import torch
 
-__all__ = [
-    "JORDAN_COEFFS",
-    "METHODS",
-    "msign",
-    "msign_svd",
-    "msign_newton_schulz",
-    "msign_polar_express",
-    "polar_express_coefficients",
-    "quintic",
-    "singular_value_error",
-]
+__all__ = ["JORDAN_COEFFS", "METHODS", "MsignSpec", "DEFAULT", "msign", "msign_svd", "msign_newton_schulz",
+           "msign_polar_express", "polar_express_coefficients", "quintic", "singular_value_error"]
 
 JORDAN_COEFFS = (3.4445, -4.7750, 2.0315)
-METHODS = ("svd", "newton_schulz", "polar_express")
+METHODS = ("newton_schulz", "polar_express", "svd")
+
+
+@dataclass(frozen=True)
+class MsignSpec:
+    """How to compute msign: ``method`` in METHODS, ``steps`` of an iterative method, ``dtype`` to iterate in
+    (None: the input's dtype)."""
+
+    method: str = "polar_express"
+    steps: int = 5
+    dtype: torch.dtype | None = None
+
+    def __post_init__(self):
+        if self.method not in METHODS:
+            raise ValueError(f"unknown msign method {self.method!r}; choose one of {', '.join(METHODS)}")
+        if not (isinstance(self.steps, int) and 1 <= self.steps < 100):
+            raise ValueError(f"msign steps must be an int in 1..99, got {self.steps!r}")
+
+    def __call__(self, G: torch.Tensor) -> torch.Tensor:
+        return msign(G, self.method, self.steps, self.dtype)
+
+
+# The package's default msign: five Polar Express steps in the input's precision. Five steps leave
+# singular values that start above 1e-3 of the Frobenius norm within about 0.1 of 1 (chapter 01).
+DEFAULT = MsignSpec("polar_express", 5, None)
 
 
 def quintic(x, a: float, b: float, c: float):
@@ -67,28 +82,39 @@ def msign_svd(G: torch.Tensor, rtol: float | None = None) -> torch.Tensor:
     return ((U * keep.unsqueeze(-2).to(U.dtype)) @ Vh).to(G.dtype)
 
 
-def _iterate(G: torch.Tensor, coeffs, dtype: torch.dtype, eps: float, scale: float) -> torch.Tensor:
+def _addmm(C: torch.Tensor, A: torch.Tensor, B: torch.Tensor, beta: float, alpha: float = 1.0) -> torch.Tensor:
+    """beta C + alpha A @ B, as torch.optim.Muon computes it (addmm; baddbmm for batches)."""
+    if C.ndim == 2:
+        return torch.addmm(C, A, B, beta=beta, alpha=alpha)
+    lead = C.shape[:-2]
+    out = torch.baddbmm(C.reshape(-1, *C.shape[-2:]), A.reshape(-1, *A.shape[-2:]), B.reshape(-1, *B.shape[-2:]),
+                        beta=beta, alpha=alpha)
+    return out.reshape(*lead, *out.shape[-2:])
+
+
+def _iterate(G: torch.Tensor, coeffs, dtype: torch.dtype | None, eps: float, safety: float) -> torch.Tensor:
+    """Apply the odd quintics ``coeffs`` to G / (safety ||G||_F), on the short side (X X^T is the small Gram)."""
     _check_matrix(G)
-    X = G.to(dtype)
-    wide = X.size(-2) > X.size(-1)
-    if wide:  # work with the short side so that X X^T is the small Gram matrix
+    X = G.to(dtype or G.dtype)
+    tall = G.size(-2) > G.size(-1)
+    if tall:
         X = X.mT
-    X = X / (X.norm(dim=(-2, -1), keepdim=True) * scale + eps)
+    X = X / (X.norm(dim=(-2, -1), keepdim=True) * safety).clamp(min=eps)
     for a, b, c in coeffs:
         A = X @ X.mT
-        B = b * A + c * (A @ A)
-        X = a * X + B @ X
-    return X.mT if wide else X
+        B = _addmm(A, A, A, beta=b, alpha=c)
+        X = _addmm(X, B, X, beta=a)
+    return X.mT if tall else X
 
 
-def msign_newton_schulz(
-    G: torch.Tensor, steps: int = 5, dtype: torch.dtype | None = None, eps: float = 1e-7
-) -> torch.Tensor:
-    """Jordan's quintic Newton-Schulz iteration for ``steps`` steps (Frobenius-normalised start)."""
-    _check_matrix(G)
-    if steps < 1:
-        raise ValueError(f"steps must be >= 1, got {steps}")
-    return _iterate(G, [JORDAN_COEFFS] * steps, dtype or G.dtype, eps, 1.0)
+def msign_newton_schulz(G: torch.Tensor, steps: int = 5, dtype: torch.dtype | None = None, eps: float = 1e-7,
+                        coefficients=JORDAN_COEFFS) -> torch.Tensor:
+    """Jordan's quintic Newton-Schulz iteration (``coefficients``) for ``steps`` steps, as torch.optim.Muon runs it."""
+    if not 1 <= steps < 100:
+        raise ValueError(f"steps must be >= 1 (and < 100), got {steps}")
+    if len(coefficients) != 3:
+        raise ValueError(f"coefficients are (a, b, c) of one odd quintic, got {coefficients!r}")
+    return _iterate(G, [tuple(coefficients)] * steps, dtype, eps, 1.0)
 
 
 def _remez_odd_quintic(lo: float, hi: float, tol: float = 1e-15, max_iter: int = 100):
@@ -138,15 +164,16 @@ def polar_express_coefficients(steps: int = 5, l0: float = 1e-3, safety: float =
     return tuple(coeffs)
 
 
-def msign_polar_express(
-    G: torch.Tensor, steps: int = 5, dtype: torch.dtype | None = None, eps: float = 1e-7, l0: float = 1e-3
-) -> torch.Tensor:
+def msign_polar_express(G: torch.Tensor, steps: int = 5, dtype: torch.dtype | None = None, eps: float = 1e-7,
+                        l0: float = 1e-3) -> torch.Tensor:
     """Polar Express msign: ``steps`` minimax quintics, each tuned to where the last one left off."""
-    _check_matrix(G)
-    return _iterate(G, polar_express_coefficients(steps, l0), dtype or G.dtype, eps, 1.01)
+    if not 1 <= steps < 100:
+        raise ValueError(f"steps must be >= 1 (and < 100), got {steps}")
+    return _iterate(G, polar_express_coefficients(steps, l0), dtype, eps, 1.01)
 
 
-def msign(G: torch.Tensor, method: str = "newton_schulz", steps: int = 5, dtype: torch.dtype | None = None) -> torch.Tensor:
+def msign(G: torch.Tensor, method: str = DEFAULT.method, steps: int = DEFAULT.steps,
+          dtype: torch.dtype | None = DEFAULT.dtype) -> torch.Tensor:
     """msign(G) by ``method`` in METHODS; ``steps`` and ``dtype`` apply to the iterative methods."""
     if method == "svd":
         return msign_svd(G)

@@ -1,13 +1,14 @@
-"""Matrix manifolds with one shared interface (see ``base``)."""
+"""Matrix manifolds with one shared interface (``base``), in two families:
+
+* ``gram``     Keigwin's Gram-space manifolds P(W^T W - C) = 0: ``stiefel``, ``dgram``, ``gram_oblique``
+* ``spheres``  the paper's norm spheres ||W||_M = R: ``frobenius_sphere``, ``spectral_sphere``,
+               ``input_oblique_sphere``, ``output_oblique_sphere``
+"""
 
 from .base import Manifold, available_manifolds, check_matrix, get_manifold, register
+from .gram import DGram, GramManifold, GramOblique, Stiefel
+from .spheres import FrobeniusSphere, InputObliqueSphere, NormSphere, OutputObliqueSphere, SpectralSphere
 
-__all__ = ["Manifold", "available_manifolds", "check_matrix", "get_manifold", "register"]
-
-# Concrete manifolds register themselves on import.
-for _mod in ("gram", "spheres"):
-    try:
-        __import__(f"{__name__}.{_mod}")
-    except ModuleNotFoundError as _e:  # a module not written yet
-        if _e.name != f"{__name__}.{_mod}":
-            raise
+__all__ = ["Manifold", "GramManifold", "NormSphere", "Stiefel", "DGram", "GramOblique", "FrobeniusSphere",
+           "SpectralSphere", "InputObliqueSphere", "OutputObliqueSphere", "available_manifolds", "check_matrix",
+           "get_manifold", "register"]

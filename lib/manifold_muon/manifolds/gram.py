@@ -4,7 +4,9 @@ P is a self-adjoint projector on symmetric n x n matrices and C a target:
 
 * ``Stiefel``  P = Id,   C = I : orthonormal columns, every singular value 1
 * ``DGram``    P = Off,  C = 0 : orthogonal columns of free norm
-* ``Oblique``  P = Diag, C = I : unit-norm columns, free angles
+* ``GramOblique``  P = Diag, C = I : unit-norm columns, free angles (name "gram_oblique", to keep it
+  apart from the paper's input/output oblique spheres of ``spheres``, which have a radius and no
+  transposition rule)
 
 A wide W (m < n) is handled by the transposition rule: the constraint is put on W^T, i.e. on the
 rows. Every method transposes a wide input on the way in and back on the way out.
@@ -25,14 +27,12 @@ from __future__ import annotations
 
 import torch
 
-from ..msign import msign
+import abc
+
+from ..msign import METHODS, msign
 from .base import Manifold, check_matrix, register
 
-__all__ = ["GramManifold", "Stiefel", "DGram", "Oblique", "gram_multiplier", "polar", "sym", "off", "diag_part"]
-
-
-def sym(S: torch.Tensor) -> torch.Tensor:
-    return 0.5 * (S + S.mT)
+__all__ = ["GramManifold", "Stiefel", "DGram", "GramOblique", "gram_multiplier", "polar", "off", "diag_part"]
 
 
 def diag_part(S: torch.Tensor) -> torch.Tensor:
@@ -110,26 +110,30 @@ def _compute_dtype(W: torch.Tensor) -> torch.dtype:
 
 
 class GramManifold(Manifold):
-    """P(W^T W - C) = 0. Subclasses give ``gram_projector`` (P), ``target`` (C) and ``_retract_tall``.
+    """The Gram-space family, P(W^T W - C) = 0: what Manifold Muon's dual solvers work with.
 
+    Subclasses give ``gram_projector`` (P), ``target`` (C) and ``_retract_tall``.
     ``residual`` is ||P(W^T W - C)||_F and ``tangent_residual`` is ||P(W^T A + A^T W)||_F per matrix,
     both computed in float64 on the tall orientation.
     Work is done in float32 (float64 inputs stay float64) and returned in the input dtype.
+    ``msign``/``ns_steps``: the msign inside the retraction (polished to rounding level, see ``polar``).
     """
 
-    def __init__(self, msign_method: str = "polar_express", msign_steps: int = 8):
-        if msign_method not in ("svd", "newton_schulz", "polar_express"):
-            raise ValueError(f"unknown msign_method {msign_method!r}; choose svd, newton_schulz or polar_express")
-        self.msign_method, self.msign_steps = msign_method, msign_steps
+    _spec_args = ("msign", "ns_steps")
 
-    def gram_projector(self, S: torch.Tensor) -> torch.Tensor:
-        raise NotImplementedError
+    def __init__(self, msign: str = "polar_express", ns_steps: int = 8):
+        if msign not in METHODS:
+            raise ValueError(f"unknown msign {msign!r}; choose one of {', '.join(METHODS)}")
+        self.msign, self.ns_steps = msign, ns_steps
 
-    def target(self, n: int, dtype=torch.float32, device=None) -> torch.Tensor:
-        raise NotImplementedError
+    @abc.abstractmethod
+    def gram_projector(self, S: torch.Tensor) -> torch.Tensor: ...
 
-    def _retract_tall(self, X: torch.Tensor) -> torch.Tensor:
-        raise NotImplementedError
+    @abc.abstractmethod
+    def target(self, n: int, dtype=torch.float32, device=None) -> torch.Tensor: ...
+
+    @abc.abstractmethod
+    def _retract_tall(self, X: torch.Tensor) -> torch.Tensor: ...
 
     @_tall(returns_matrix=False)
     def residual(self, W):
@@ -163,13 +167,10 @@ class GramManifold(Manifold):
     def _random_tall(self, Z, generator):
         return polar(Z, "svd")
 
-    def __repr__(self) -> str:
-        return f"{type(self).__name__}(msign_method={self.msign_method!r}, msign_steps={self.msign_steps})"
-
 
 @register
 class Stiefel(GramManifold):
-    """W^T W = I. Retraction: the polar factor msign(X) (``msign_method``: svd / polar_express / newton_schulz)."""
+    """W^T W = I. Retraction: the polar factor msign(X) (``msign``: svd / polar_express / newton_schulz)."""
 
     name = "stiefel"
 
@@ -180,7 +181,7 @@ class Stiefel(GramManifold):
         return torch.eye(n, dtype=dtype, device=device)
 
     def _retract_tall(self, X):
-        return polar(X, self.msign_method, self.msign_steps)
+        return polar(X, self.msign, self.ns_steps)
 
 
 @register
@@ -203,9 +204,10 @@ class DGram(GramManifold):
     """
 
     name = "dgram"
+    _spec_args = ("retraction", "msign", "ns_steps")
 
-    def __init__(self, retraction: str = "msign", msign_method: str = "polar_express", msign_steps: int = 8):
-        super().__init__(msign_method, msign_steps)
+    def __init__(self, retraction: str = "msign", msign: str = "polar_express", ns_steps: int = 8):
+        super().__init__(msign, ns_steps)
         if retraction not in ("msign", "svd_post"):
             raise ValueError(f"unknown DGram retraction {retraction!r}; choose 'msign' (default) or 'svd_post'")
         self.retraction = retraction
@@ -220,23 +222,24 @@ class DGram(GramManifold):
         if self.retraction == "svd_post":
             U, s, Vh = torch.linalg.svd(X, full_matrices=False)
             return (U @ Vh) * s.unsqueeze(-2)
-        Q = polar(X, self.msign_method, self.msign_steps)
+        Q = polar(X, self.msign, self.ns_steps)
         return Q * (Q * X).sum(dim=-2, keepdim=True)
 
     def _random_tall(self, Z, generator):
         scales = 0.5 + 1.5 * torch.rand(*Z.shape[:-2], 1, Z.size(-1), generator=generator, dtype=Z.dtype)
         return polar(Z, "svd") * scales
 
-    def __repr__(self) -> str:
-        return f"DGram(retraction={self.retraction!r}, msign_method={self.msign_method!r}, msign_steps={self.msign_steps})"
-
 
 @register
-class Oblique(GramManifold):
-    """diag(W^T W) = 1: unit-norm columns. Retraction: divide each column by its norm
-    (a zero column, which has no direction, becomes the first basis vector e_1)."""
+class GramOblique(GramManifold):
+    """diag(W^T W) = 1 on the tall orientation: unit-norm columns (rows of a wide W). Retraction: divide each
+    column by its norm (a zero column, which has no direction, becomes the first basis vector e_1)."""
 
-    name = "oblique"
+    name = "gram_oblique"
+    _spec_args = ()
+
+    def __init__(self):
+        super().__init__()
 
     def gram_projector(self, S):
         return diag_part(S)

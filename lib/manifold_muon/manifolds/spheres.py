@@ -1,30 +1,36 @@
-"""Norm spheres of 003 ("Demystifying Manifold Constraints", Sec. 2, App. B.1): one norm fixed to R.
+"""The paper's norm spheres ("Demystifying Manifold Constraints", Sec. 2, App. B.1): one norm fixed to R.
 
 Weights follow PyTorch's Linear convention, W in R^{D_out x D_in}; leading dimensions are a batch.
 
-    name                 constraint                       ||.||_M (the norm MACRO normalises by)
-    "frobenius_sphere"   ||W||_F = R,  R = r sqrt(D_out)           Frobenius
-    "spectral_sphere"    ||W||_2 = R,  R = r sqrt(D_out / D_in)    spectral
-    "oblique_in"         ||W[:, j]||_2 = R for all j, R = r sqrt(D_out / D_in)   1->2 (max column norm)
-    "oblique_out"        ||W[i, :]||_2 = R for all i, R = r                      2->inf (max row norm)
+    name                     constraint                                   ||.||_M (the norm MACRO normalises by)
+    "frobenius_sphere"       ||W||_F = R,  R = r sqrt(D_out)              Frobenius
+    "spectral_sphere"        ||W||_2 = R,  R = r sqrt(D_out / D_in)       spectral
+    "input_oblique_sphere"   ||W[:, j]||_2 = R for all j, R = r sqrt(D_out / D_in)   1->2 (max column norm)
+    "output_oblique_sphere"  ||W[i, :]||_2 = R for all i, R = r                      2->inf (max row norm)
 
-The radii are Table 1 / eq. (42) of 003; ``radius=`` overrides the rule with one number.
-Each sphere also answers ``radius(shape)``, ``norm(X)`` and ``normal(W)`` (the gradient Theta of the
+The radii are Table 1 / eq. (42) of the paper; ``radius=`` overrides the rule with one number.
+The paper calls the last two the input and output oblique manifolds; here they carry "_sphere" (a radius,
+PyTorch's (D_out, D_in) orientation always) to keep them apart from the Gram-space ``gram_oblique``.
+
+Every sphere belongs to the ``NormSphere`` family, which the sphere optimizers work on: besides the
+manifold interface it answers ``radius(shape)``, ``norm(X)`` and ``normal(W)`` (the gradient Theta of the
 scalar constraint, used by the tangent projection and by SSO/FSO).
 
-The spectral sphere is not a manifold where sigma_1 = sigma_2 (003, App. C.1); its "tangent space" here
-is the one 003 uses, {A : <u1 v1^T, A> = 0} with (u1, v1) the leading singular pair.
+The spectral sphere is not a manifold where sigma_1 = sigma_2 (paper, App. C.1); its "tangent space" here
+is the one the paper uses, {A : <u1 v1^T, A> = 0} with (u1, v1) the leading singular pair.
 """
 
 from __future__ import annotations
 
+import abc
 import math
 
 import torch
 
 from .base import Manifold, check_matrix, register
 
-__all__ = ["FrobeniusSphere", "SpectralSphere", "InputOblique", "OutputOblique", "top_singular_pair"]
+__all__ = ["NormSphere", "FrobeniusSphere", "SpectralSphere", "InputObliqueSphere", "OutputObliqueSphere",
+           "top_singular_pair"]
 
 _TINY = 1e-30
 
@@ -62,39 +68,55 @@ def top_singular_pair(W: torch.Tensor, power_iters: int | None = None):
     return s, Xv / s.unsqueeze(-1).clamp_min(_TINY), v
 
 
-class _NormSphere(Manifold):
-    """Shared radius handling. Subclasses give ``rule(D_out, D_in)`` (the factor that multiplies r)."""
+class NormSphere(Manifold):
+    """The norm-sphere family, ||W||_M = R: what MACRO, MuonH, SSO and FSO work on.
+
+    Subclasses give ``rule(D_out, D_in)`` (the factor that multiplies r), ``norm`` and ``normal``.
+    """
+
+    _spec_args = ("r", "radius")
 
     def __init__(self, r: float = 1.0, radius: float | None = None):
         if not (isinstance(r, (int, float)) and math.isfinite(r) and r > 0):
-            raise ValueError(f"{type(self).__name__}: r must be a positive number (003 sweeps 0.5 to 10), got {r!r}")
+            raise ValueError(f"{type(self).__name__}: r must be a positive number (the paper sweeps 0.5 to 10), got {r!r}")
         if radius is not None and not (isinstance(radius, (int, float)) and math.isfinite(radius) and radius > 0):
             raise ValueError(f"{type(self).__name__}: radius must be a positive number or None (use the rule), got {radius!r}")
-        self.r, self.explicit_radius = float(r), radius
+        self.r, self.radius_value = float(r), radius
 
     @staticmethod
-    def rule(D_out: int, D_in: int) -> float:
-        raise NotImplementedError
+    @abc.abstractmethod
+    def rule(D_out: int, D_in: int) -> float: ...
+
+    @abc.abstractmethod
+    def norm(self, X: torch.Tensor) -> torch.Tensor:
+        """||X||_M per matrix: the norm the step is normalised by."""
+
+    @abc.abstractmethod
+    def normal(self, W: torch.Tensor) -> torch.Tensor:
+        """Theta, the gradient of the scalar constraint at W (the tangent space is {A : <Theta, A> = 0})."""
 
     def radius(self, shape) -> float:
         """R for matrices of ``shape`` (..., D_out, D_in): the explicit radius, else r * rule(D_out, D_in)."""
         if len(shape) < 2:
             raise ValueError(f"{type(self).__name__}.radius needs a matrix shape (..., D_out, D_in), got {tuple(shape)}")
-        if self.explicit_radius is not None:
-            return float(self.explicit_radius)
+        if self.radius_value is not None:
+            return float(self.radius_value)
         return self.r * self.rule(int(shape[-2]), int(shape[-1]))
+
+    def spec(self) -> dict:
+        return {"name": self.name, "r": self.r, "radius": self.radius_value,
+                **{k: getattr(self, k) for k in self._spec_args if k not in ("r", "radius")}}
 
     def random_point(self, shape, generator=None, dtype=torch.float32) -> torch.Tensor:
         X = torch.randn(*shape, generator=generator, dtype=torch.float64)
         return self.retract(X).to(dtype)
 
     def __repr__(self) -> str:
-        arg = f"radius={self.explicit_radius}" if self.explicit_radius is not None else f"r={self.r}"
-        return f"{type(self).__name__}({arg})"
+        return f"{type(self).__name__}({', '.join(f'{k}={v!r}' for k, v in self.spec().items() if k != 'name')})"
 
 
 @register
-class FrobeniusSphere(_NormSphere):
+class FrobeniusSphere(NormSphere):
     """||W||_F = R with R = r sqrt(D_out). Normal W; retraction R X / ||X||_F."""
 
     name = "frobenius_sphere"
@@ -131,10 +153,10 @@ class FrobeniusSphere(_NormSphere):
 
 
 @register
-class SpectralSphere(_NormSphere):
+class SpectralSphere(NormSphere):
     """||W||_2 = R with R = r sqrt(D_out / D_in). Normal u1 v1^T.
 
-    ``retraction="approx"`` (default; what 003 ran, App. B.1): R X / ||X||_2.
+    ``retraction="approx"`` (default; what the paper ran, App. B.1): R X / ||X||_2.
     ``retraction="exact"``: the Frobenius-nearest point, by SVD: clip singular values above R to R, and if
     none was above R lift the largest to R. Both land exactly on the sphere (up to rounding); "exact" also
     leaves the other singular values alone where "approx" rescales them all.
@@ -144,6 +166,7 @@ class SpectralSphere(_NormSphere):
 
     name = "spectral_sphere"
     RETRACTIONS = ("approx", "exact")
+    _spec_args = ("r", "radius", "retraction", "power_iters")
 
     def __init__(self, r: float = 1.0, radius: float | None = None, retraction: str = "approx",
                  power_iters: int | None = None):
@@ -197,7 +220,7 @@ class SpectralSphere(_NormSphere):
         return _inner(self.normal(W), A).abs() / _fro(A).clamp_min(_TINY)
 
 
-class _Oblique(_NormSphere):
+class _ObliqueSphere(NormSphere):
     """Every column (dim=-2 reduced, ``axis=-2``) or every row (``axis=-1``) has norm R."""
 
     axis: int = -2
@@ -230,10 +253,10 @@ class _Oblique(_NormSphere):
 
 
 @register
-class InputOblique(_Oblique):
-    """Unit-R columns: ||W[:, j]||_2 = R for every input feature j, R = r sqrt(D_out / D_in); norm 1->2."""
+class InputObliqueSphere(_ObliqueSphere):
+    """Radius-R columns: ||W[:, j]||_2 = R for every input feature j, R = r sqrt(D_out / D_in); norm 1->2."""
 
-    name = "oblique_in"
+    name = "input_oblique_sphere"
     axis = -2
 
     @staticmethod
@@ -242,10 +265,10 @@ class InputOblique(_Oblique):
 
 
 @register
-class OutputOblique(_Oblique):
-    """Unit-R rows: ||W[i, :]||_2 = R for every output feature i, R = r; norm 2->inf."""
+class OutputObliqueSphere(_ObliqueSphere):
+    """Radius-R rows: ||W[i, :]||_2 = R for every output feature i, R = r; norm 2->inf."""
 
-    name = "oblique_out"
+    name = "output_oblique_sphere"
     axis = -1
 
     @staticmethod

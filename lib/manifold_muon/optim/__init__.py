@@ -1,15 +1,13 @@
-"""Optimizers: each a torch.optim.Optimizer whose param groups carry their manifold."""
+"""Optimizers, each a ``torch.optim.Optimizer`` on the one skeleton of ``base.MatrixOptimizer``:
 
-__all__: list[str] = []
+* ``Muon``          msign of the momentum, no manifold (``torch.optim.Muon``'s algorithm)
+* ``ManifoldMuon``  steepest descent on a Gram-space manifold (Stiefel, DGram, GramOblique) by a dual solve
+* ``MACRO``, ``MuonH``, ``SSO``, ``FSO``   the paper's optimizers on norm spheres
+"""
 
-# Each module registers its public names here; a module not yet written is skipped.
-for _mod in ("muon", "manifold_muon", "constrained"):
-    try:
-        _m = __import__(f"{__name__}.{_mod}", fromlist=["__all__"])
-    except ModuleNotFoundError as _e:
-        if _e.name != f"{__name__}.{_mod}":
-            raise
-        continue
-    for _name in getattr(_m, "__all__", []):
-        globals()[_name] = getattr(_m, _name)
-        __all__.append(_name)
+from .base import MatrixOptimizer
+from .manifold_muon import ManifoldMuon
+from .muon import TORCH_MUON, Muon
+from .spheres import FSO, MACRO, SSO, MuonH
+
+__all__ = ["MatrixOptimizer", "Muon", "TORCH_MUON", "ManifoldMuon", "MACRO", "MuonH", "SSO", "FSO"]

@@ -10,7 +10,6 @@ reader who knows nanoGPT finds everything where they expect it and checkpoints l
 * ``GPT``                 embeddings, blocks, final LayerNorm, ``lm_head`` tied to ``wte``
 * ``attention_probe``     recomputes attention explicitly on a few rows and measures the softmax
                           (any model of this package; ``metrics.attention_summary`` condenses its output)
-* ``generate``            sample a continuation (any model of this package)
 
 Training uses ``F.scaled_dot_product_attention``, which never materialises the attention matrix;
 ``attention_probe`` recomputes it for a sample of rows when the training loop wants to look.
@@ -26,7 +25,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-__all__ = ["GPTConfig", "GPT", "attention_probe", "generate", "ROLES"]
+__all__ = ["GPTConfig", "GPT", "attention_probe", "ROLES"]
 
 # Every parameter of a model in this package has exactly one of these roles.
 ROLES = ("attn_qkv", "attn_q", "attn_k", "attn_v", "attn_o", "mlp_up", "mlp_gate", "mlp_down",
@@ -55,29 +54,17 @@ class GPTConfig:
         if not 0.0 <= self.dropout < 1.0:
             raise ValueError(f"GPTConfig.dropout must be in [0, 1), got {self.dropout}")
 
-    # Presets, smallest first. Each takes overrides, e.g. GPTConfig.mini(vocab_size=256).
+    # Presets, smallest first. Each takes overrides, e.g. GPTConfig.nano(vocab_size=512).
     @classmethod
     def nano(cls, **kw) -> "GPTConfig":
         """A few seconds per hundred steps on a laptop CPU (0.2M non-embedding parameters)."""
         return cls(**{"block_size": 128, "vocab_size": 256, "n_layer": 3, "n_head": 4, "n_embd": 64, **kw})
 
     @classmethod
-    def mini(cls, **kw) -> "GPTConfig":
-        """nanoGPT's shakespeare-char model: 6 layers, 6 heads, 384 wide (10.6M parameters at vocab 256)."""
-        return cls(**{"block_size": 256, "vocab_size": 256, "n_layer": 6, "n_head": 6, "n_embd": 384, **kw})
-
-    @classmethod
     def gpt2_124m(cls, **kw) -> "GPTConfig":
         """GPT-2 small: 12 layers, 12 heads, 768 wide, GPT-2's vocabulary of 50257 (124,439,808 parameters)."""
         return cls(**{"block_size": 1024, "vocab_size": 50257, "n_layer": 12, "n_head": 12, "n_embd": 768, **kw})
 
-    def num_params(self) -> int:
-        """Parameter count of ``GPT(self)`` from the formula, without building it (lm_head is tied: counted once)."""
-        d, L = self.n_embd, self.n_layer
-        norm = 2 * d if self.bias else d  # LayerNorm weight (+ bias)
-        linear_biases = (3 * d + d + 4 * d + d) if self.bias else 0  # c_attn, attn c_proj, c_fc, mlp c_proj
-        block = 2 * norm + 12 * d * d + linear_biases  # 3d^2 + d^2 (attention) + 4d^2 + 4d^2 (MLP)
-        return self.vocab_size * d + self.block_size * d + L * block + norm
 
 
 class CausalSelfAttention(nn.Module):
@@ -271,28 +258,3 @@ def attention_probe(model: nn.Module, idx: torch.Tensor, layers=None, max_rows: 
             "row_length": (t + 1).float(),
         }
     return stats
-
-
-@torch.no_grad()
-def generate(model: nn.Module, idx: torch.Tensor, max_new_tokens: int, temperature: float = 1.0,
-             top_k: int | None = None, generator: torch.Generator | None = None) -> torch.Tensor:
-    """Append ``max_new_tokens`` tokens to ``idx`` (B, T), each sampled from softmax(logits / temperature)
-    of the last position, restricted to the ``top_k`` most likely tokens if given (top_k=1: greedy).
-    The context is cropped to the model's block_size. Runs in eval mode and restores the mode."""
-    if temperature <= 0:
-        raise ValueError(f"temperature must be positive, got {temperature}; use top_k=1 for greedy decoding")
-    was_training = model.training
-    model.eval()
-    try:
-        for _ in range(max_new_tokens):
-            logits, _ = model(idx[:, -model.config.block_size:])
-            logits = logits[:, -1, :] / temperature
-            if top_k is not None:
-                kth = torch.topk(logits, min(top_k, logits.size(-1))).values[:, [-1]]
-                logits = logits.masked_fill(logits < kth, float("-inf"))
-            probs = torch.softmax(logits.float(), dim=-1)
-            next_id = torch.multinomial(probs.cpu(), 1, generator=generator).to(idx.device)
-            idx = torch.cat((idx, next_id), dim=1)
-    finally:
-        model.train(was_training)
-    return idx

@@ -1,4 +1,4 @@
-"""How a chapter quotes a claim and states its verdict, kept consistent with book/claims.yml.
+"""How a chapter quotes a claim and states its verdict, kept consistent with ``book/claims.yml``.
 
 ``show_claim(id)`` renders the ledger's sentence for a claim; ``show_verdict(id, verdict, reason)``
 renders the verdict a chapter computed and fails if the ledger records another status, so the
@@ -7,17 +7,18 @@ ledger and the chapters cannot drift apart (nbval re-executes every chapter in `
 
 from __future__ import annotations
 
+from .claims import STATUSES, load_ledger, source_of
 from .pipeline import repo_root
 
 __all__ = ["claim", "show_claim", "show_verdict"]
 
-SEED_NAMES = {"000_24d95f73fe89f2fb.txt": "blog post", "003_205683fa48c99f92.txt": "paper"}
+
+def _ledger() -> dict:
+    return load_ledger(repo_root() / "book" / "claims.yml")
 
 
 def claim(claim_id: str) -> dict:
-    from .claims import load_claims
-
-    claims = {c["id"]: c for c in load_claims(repo_root() / "book" / "claims.yml")}
+    claims = {c["id"]: c for c in _ledger()["claims"]}
     if claim_id not in claims:
         raise KeyError(f"no claim {claim_id!r} in book/claims.yml; add it there first")
     return claims[claim_id]
@@ -31,14 +32,14 @@ def _markdown(text: str):
 
 def show_claim(claim_id: str) -> None:
     """Render the ledger's sentence for ``claim_id`` as a quotation."""
-    c = claim(claim_id)
-    where = SEED_NAMES.get(c["seed"], c["seed"])
-    _markdown(f"> **Claim {c['id']}** ({where}, *{c['section']}*): {c['claim']}")
+    ledger = _ledger()
+    c = next((c for c in ledger["claims"] if c["id"] == claim_id), None)
+    if c is None:
+        raise KeyError(f"no claim {claim_id!r} in book/claims.yml; add it there first")
+    _markdown(f"> **Claim {c['id']}** ({source_of(c, ledger)['kind']}, *{c['section']}*): {c['claim']}")
 
 
 def show_verdict(claim_id: str, verdict: str, reason: str) -> None:
-    from .claims import STATUSES
-
     if verdict not in STATUSES:
         raise ValueError(f"verdict {verdict!r} is not one of {', '.join(STATUSES)}")
     c = claim(claim_id)

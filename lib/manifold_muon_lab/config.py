@@ -1,12 +1,13 @@
 """The configuration of one training run: a dataclass, the presets that fill it, and the checks
 that refuse a bad one before any work starts.
 
-    cfg = load_preset("cpu", assignment="hetero")      # runs/presets/training/cpu.yml + overrides
+    cfg = load_preset("cpu", "runs/presets/training", assignment="hetero")   # <preset_dir>/cpu.yml + overrides
     validate(cfg)                                        # raises ValueError naming every problem
 
 A preset is plain YAML whose keys are the fields of ``TrainConfig``. ``--set key=value`` on the
 command line goes through ``parse_overrides`` (values are read as YAML: ``lr=0.02``, ``bias=false``,
-``optimizer={alpha: 0.1}``).
+``optimizer={inner_steps: 0}``). Numbers are read as Python reads them: ``1e-3`` is a float here, where
+plain YAML 1.1 would read a string.
 """
 
 from __future__ import annotations
@@ -14,34 +15,43 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import math
+import re
 import typing
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import yaml
 
-__all__ = [
-    "TrainConfig",
-    "PRESET_DIR",
-    "available_presets",
-    "load_preset",
-    "parse_overrides",
-    "validate",
-    "valid_assignments",
-]
+from manifold_muon.assignments import ASSIGNMENTS, OPTIMIZERS
+from manifold_muon.manifolds import available_manifolds
 
-PRESET_DIR = Path(__file__).resolve().parents[2] / "runs" / "presets" / "training"
+from .data import DATASETS as _DATASETS
+from .models import FAMILIES as _FAMILIES
 
-FAMILIES = ("gpt2", "qwen3")
-DATASETS = ("kjv", "openwebtext", "synthetic")  # the names of `data.DATASETS`, plus random tokens
+__all__ = ["TrainConfig", "DEFAULT_PRESET_DIR", "available_presets", "load_preset", "parse_overrides", "validate",
+           "read_yaml"]
+
+DEFAULT_PRESET_DIR = Path("runs") / "presets" / "training"  # relative to the current directory
+FAMILIES = tuple(_FAMILIES)
+DATASETS = (*_DATASETS, "synthetic")  # the prepared data sets, plus uniform random tokens
 DTYPES = ("float32", "bfloat16")
 DEVICES = ("auto", "cpu", "cuda")
 
-# The assignment names of the two seeds, used only when `assignments` cannot tell us its own list.
-_KNOWN_ASSIGNMENTS = (
-    "unconstrained", "all_stiefel", "all_dgram", "hetero", "hetero_inv",
-    "muon", "macro_fro", "macro_spec", "muonh_fro", "muonh_spec", "sso", "fso",
-)
+
+class _Loader(yaml.SafeLoader):
+    """YAML with Python's float literals: 1e-3, 1E5, .5 and 1_000.0 are floats (YAML 1.1 reads 1e-3 as a string)."""
+
+
+_Loader.add_implicit_resolver(
+    "tag:yaml.org,2002:float",
+    re.compile(r"""^[-+]?(?:[0-9][0-9_]*\.[0-9_]*(?:[eE][-+]?[0-9]+)?|\.[0-9_]+(?:[eE][-+]?[0-9]+)?
+                |[0-9][0-9_]*[eE][-+]?[0-9]+|\.(?:inf|Inf|INF)|\.(?:nan|NaN|NAN))$""", re.X),
+    list("-+0123456789."))
+
+
+def read_yaml(text: str):
+    """Parse YAML text with Python's float literals (see ``_Loader``)."""
+    return yaml.load(text, Loader=_Loader)
 
 
 @dataclass
@@ -117,21 +127,25 @@ def _unknown_key_message(key, names) -> str:
     return f"unknown config key {key!r} ({hint})"
 
 
-def available_presets() -> list[str]:
-    return sorted(p.stem for p in PRESET_DIR.glob("*.yml"))
+def available_presets(preset_dir=DEFAULT_PRESET_DIR) -> list[str]:
+    return sorted(p.stem for p in Path(preset_dir).glob("*.yml"))
 
 
-def load_preset(name_or_path: str | Path, **overrides) -> TrainConfig:
-    """``runs/presets/training/<name>.yml`` (or a path to a YAML file), then ``overrides``."""
+def load_preset(name_or_path: str | Path, preset_dir=DEFAULT_PRESET_DIR, **overrides) -> TrainConfig:
+    """``<preset_dir>/<name>.yml`` (or a path to a YAML file), then ``overrides``."""
     path = Path(name_or_path)
     if path.suffix not in (".yml", ".yaml"):
-        path = PRESET_DIR / f"{name_or_path}.yml"
+        path = Path(preset_dir) / f"{name_or_path}.yml"
     if not path.exists():
+        known = available_presets(preset_dir)
         raise FileNotFoundError(
             f"no training preset {str(name_or_path)!r} (looked for {path}); "
-            f"choose one of: {', '.join(available_presets())} or give a path to a .yml file"
-        )
-    d = yaml.safe_load(path.read_text()) or {}
+            + (f"choose one of: {', '.join(known)}" if known else f"{preset_dir} holds no presets; give --preset-dir")
+            + " or give a path to a .yml file")
+    try:
+        d = read_yaml(path.read_text()) or {}
+    except yaml.YAMLError as e:
+        raise ValueError(f"{path} is not valid YAML: {e}") from None
     if not isinstance(d, dict):
         raise ValueError(f"{path} must be a YAML mapping of config keys to values")
     return TrainConfig.from_dict(_merge(d, overrides))
@@ -155,27 +169,18 @@ def _merge(preset: dict, explicit: dict) -> dict:
 
 
 def parse_overrides(items: list[str]) -> dict:
-    """``["lr=0.01", "optimizer={alpha: 0.1}"]`` -> ``{"lr": 0.01, "optimizer": {"alpha": 0.1}}``."""
+    """``["lr=1e-3", "optimizer={inner_steps: 0}"]`` -> ``{"lr": 0.001, "optimizer": {"inner_steps": 0}}``."""
     out = {}
     for item in items or []:
         if "=" not in item:
             raise ValueError(f"--set takes key=value, got {item!r}")
         key, value = item.split("=", 1)
-        out[key.strip()] = yaml.safe_load(value)
+        try:
+            out[key.strip()] = read_yaml(value)
+        except yaml.YAMLError as e:
+            raise ValueError(f"--set {item!r}: the value is not valid YAML ({str(e).splitlines()[0]}); "
+                             "quote it, e.g. --set 'optimizer={inner_steps: 0}'") from None
     return out
-
-
-def valid_assignments() -> list[str]:
-    """The assignment names the builder knows (asked of `assignments` when it is there)."""
-    try:
-        from . import assignments
-    except ModuleNotFoundError:
-        return list(_KNOWN_ASSIGNMENTS)
-    for attr in ("available_assignments", "ASSIGNMENTS", "ASSIGNMENT_NAMES"):
-        v = getattr(assignments, attr, None)
-        if v is not None:
-            return sorted(v() if callable(v) else v)
-    return list(_KNOWN_ASSIGNMENTS)
 
 
 def _type_ok(value, hint) -> bool:
@@ -253,6 +258,12 @@ def validate(cfg: TrainConfig, data_len: int | None = None, world_size: int = 1)
             problems.append("n_kv_head applies to family qwen3 only; remove it for gpt2")
         elif cfg.n_kv_head < 1 or cfg.n_head % cfg.n_kv_head:
             problems.append(f"n_head={cfg.n_head} is not a multiple of n_kv_head={cfg.n_kv_head}")
+    if cfg.family in _FAMILIES:
+        config_cls = _FAMILIES[cfg.family][1]
+        fields = [f.name for f in dataclasses.fields(config_cls)]
+        unknown = sorted(set(cfg.model_extra) - set(fields))
+        if unknown:
+            problems.append(f"model_extra keys {unknown} are not fields of {config_cls.__name__}: {', '.join(fields)}")
     if cfg.rmsnorm_free and cfg.family != "qwen3":
         problems.append("rmsnorm_free applies to family qwen3 only")
     if cfg.family == "qwen3" and (cfg.bias or cfg.dropout):
@@ -274,7 +285,7 @@ def validate(cfg: TrainConfig, data_len: int | None = None, world_size: int = 1)
             if key not in names or key in ("assignment", "per_assignment"):
                 problems.append(f"per_assignment[{a!r}]: {_unknown_key_message(key, names)}")
     if isinstance(cfg.assignment, str):
-        names = valid_assignments()
+        names = sorted(ASSIGNMENTS)
         if cfg.assignment not in names:
             close = difflib.get_close_matches(cfg.assignment, names, n=1)
             problems.append(f"unknown assignment {cfg.assignment!r}"
@@ -288,13 +299,7 @@ def validate(cfg: TrainConfig, data_len: int | None = None, world_size: int = 1)
 
 
 def _check_assignment_mapping(mapping: dict) -> list[str]:
-    """Each value is an optimizer name or [optimizer, manifold(, options)], as `assignments` reads them."""
-    from .manifolds import available_manifolds
-
-    try:
-        from .assignments import OPTIMIZERS
-    except ModuleNotFoundError:
-        OPTIMIZERS = ("muon", "manifold_muon", "macro", "muonh", "sso", "fso")
+    """Each value is an optimizer name or [optimizer, manifold(, options)], as ``manifold_muon.assignments`` reads them."""
     problems = []
     for selector, rule in mapping.items():
         rule = [rule] if isinstance(rule, str) else list(rule) if isinstance(rule, (list, tuple)) else [rule]

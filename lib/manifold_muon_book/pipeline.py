@@ -12,15 +12,19 @@ Layout this module relies on:
 
 Staleness is decided by content hashes, not file times (a fresh clone has arbitrary times):
 a run is stale when its ``metrics.json`` is missing or records another ``inputs_sha`` than the hash
-of its template and presets; a page is stale when its ``.ipynb`` records another hash than that of
-its ``.md``, the run outputs it can read, the claims ledger and the library source.
+of its template and the content of its presets (comments aside); a page is stale when its ``.ipynb`` records another hash than that of
+its ``.md``, the run outputs it can read, the claims ledger and the source of the modules it imports
+(found by reading its code cells' imports, followed through the book's own packages).
 
-Usage: ``python -m manifold_muon.pipeline {runs,chapters,smoke,status} [--scale S] [--force]``.
+Executions see ``MANIFOLD_MUON_DATA_DIR=<root>/data``, so every run and page shares one prepared data folder.
+
+Usage: ``python -m manifold_muon_book.pipeline {runs,chapters,smoke,status} [--scale S] [--force]``.
 """
 
 from __future__ import annotations
 
 import argparse
+import ast
 import hashlib
 import json
 import os
@@ -35,15 +39,15 @@ __all__ = ["repo_root", "run_dir", "load_run_preset", "load_run_metrics", "run_i
 SHA_KEY = "manifold_muon_inputs_sha"
 
 
+PACKAGES = ("manifold_muon", "manifold_muon_lab", "manifold_muon_book")  # the book's own code, under lib/
+
+
 def repo_root(start: str | os.PathLike | None = None) -> Path:
-    """The book's root: the nearest folder at or above ``start`` (default: cwd) holding ``_config.yml``."""
+    """The book's root: the nearest folder at or above ``start`` (default: cwd) holding ``_config.yml`` and ``runs/``."""
     here = Path(start or os.getcwd()).resolve()
     for p in (here, *here.parents):
         if (p / "_config.yml").exists() and (p / "runs").is_dir():
             return p
-    pkg_root = Path(__file__).resolve().parents[2]  # editable install: lib/manifold_muon -> repo
-    if (pkg_root / "_config.yml").exists():
-        return pkg_root
     raise FileNotFoundError(
         f"no book root (a folder with _config.yml and runs/) at or above {here}; "
         "run from inside the repository checkout"
@@ -82,14 +86,21 @@ def run_inputs_sha(name: str, root: Path | None = None) -> str:
     (``runs/presets/training/<name>.yml``) that any of its scales names as ``training_preset``."""
     root = root or repo_root()
     presets_path = root / "runs" / "presets" / f"{name}.yml"
-    parts = [(root / "runs" / f"{name}.md").read_bytes(), presets_path.read_bytes()]
     presets = yaml.safe_load(presets_path.read_text()) or {}
+    parts = [(root / "runs" / f"{name}.md").read_bytes(), _yaml_content(presets_path)]
     for training in sorted({v["training_preset"] for v in presets.values() if isinstance(v, dict) and v.get("training_preset")}):
         path = root / "runs" / "presets" / "training" / f"{training}.yml"
         if not path.exists():
             raise FileNotFoundError(f"runs/presets/{name}.yml names training preset {training!r}, but {path} does not exist")
-        parts.append(path.read_bytes())
+        parts.append(_yaml_content(path))
     return _sha(*parts)
+
+
+def _yaml_content(path: Path) -> bytes:
+    """What a preset file says, without its comments and layout: editing a comment makes nothing stale."""
+    from manifold_muon_lab.config import read_yaml
+
+    return json.dumps(read_yaml(path.read_text()), sort_keys=True, default=str).encode()
 
 
 def load_run_metrics(name: str, scale: str = "cpu", root: Path | None = None) -> dict:
@@ -107,8 +118,64 @@ def load_run_metrics(name: str, scale: str = "cpu", root: Path | None = None) ->
     return metrics
 
 
-def _lib_sha(root: Path) -> bytes:
-    files = sorted((root / "lib").rglob("*.py"))
+def _module_file(root: Path, module: str) -> Path | None:
+    """The source file of one of the book's modules (a package's __init__.py), or None for anything else."""
+    if module.split(".")[0] not in PACKAGES:
+        return None
+    base = root / "lib" / Path(*module.split("."))
+    for f in (base / "__init__.py", base.with_suffix(".py")):
+        if f.is_file():
+            return f
+    return None
+
+
+def _imported_modules(source: str, module: str, is_package: bool) -> set[str]:
+    """Absolute names of the modules ``source`` imports (relative imports resolved against ``module``);
+    ``from X import y`` counts X and, if it is a module, X.y. A source that does not parse imports everything."""
+    try:
+        tree = ast.parse(source)
+    except SyntaxError:
+        return set(PACKAGES)
+    package = module if is_package else module.rpartition(".")[0]
+    found = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            found |= {a.name for a in node.names}
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                parts = package.split(".")
+                base = ".".join(parts[:len(parts) - node.level + 1])
+                name = f"{base}.{node.module}" if node.module else base
+            else:
+                name = node.module or ""
+            found.add(name)
+            found |= {f"{name}.{a.name}" for a in node.names}
+    return found
+
+
+def imported_sources(root: Path, source: str) -> list[Path]:
+    """The files of the book's modules that ``source`` (a page's code) needs, transitively, parents included."""
+    todo, seen = list(_imported_modules(source, "__page__", False)), set()
+    while todo:
+        name = todo.pop()
+        for i in range(1, name.count(".") + 2):  # importing a.b.c runs a, a.b and a.b.c
+            module = ".".join(name.split(".")[:i])
+            f = _module_file(root, module)
+            if f is None or module in seen:
+                continue
+            seen.add(module)
+            todo += _imported_modules(f.read_text(), module, f.name == "__init__.py")
+    return sorted({_module_file(root, m) for m in seen})
+
+
+def _code_of(md: Path) -> str:
+    import jupytext
+
+    return "\n".join(c.source for c in jupytext.read(md).cells if c.cell_type == "code")
+
+
+def _code_sha(md: Path, root: Path) -> bytes:
+    files = imported_sources(root, _code_of(md))
     return b"".join(f.relative_to(root).as_posix().encode() + f.read_bytes() for f in files)
 
 
@@ -123,7 +190,8 @@ def pages(root: Path) -> list[Path]:
 
 def page_inputs_sha(md: Path, root: Path) -> str:
     claims = root / "book" / "claims.yml"
-    return _sha(md.read_bytes(), _run_outputs_sha(root), claims.read_bytes() if claims.exists() else b"", _lib_sha(root))
+    return _sha(md.read_bytes(), _run_outputs_sha(root), claims.read_bytes() if claims.exists() else b"",
+                _code_sha(md, root))
 
 
 def _stored_sha(ipynb: Path) -> str | None:
@@ -156,6 +224,7 @@ def _md_to_ipynb(md: Path, ipynb: Path, keep_outputs: bool) -> None:
 def _execute(src: Path, dst: Path, cwd: Path, parameters: dict | None, timeout: int = 3600) -> float:
     import papermill as pm
 
+    os.environ.setdefault("MANIFOLD_MUON_DATA_DIR", str(repo_root(cwd) / "data"))  # the kernel inherits it
     tmp = dst.with_name(f".{dst.stem}.tmp.ipynb")
     t0 = time.perf_counter()
     try:
@@ -252,7 +321,7 @@ def status(root: Path, scale: str) -> None:
 
 
 def main(argv=None) -> None:
-    ap = argparse.ArgumentParser(prog="python -m manifold_muon.pipeline", description=__doc__.split("\n")[0])
+    ap = argparse.ArgumentParser(prog="python -m manifold_muon_book.pipeline", description=__doc__.split("\n")[0])
     ap.add_argument("what", choices=["runs", "chapters", "smoke", "status"])
     ap.add_argument("--scale", default="cpu")
     ap.add_argument("--force", action="store_true", help="execute even what is up to date")

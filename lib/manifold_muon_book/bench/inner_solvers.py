@@ -26,10 +26,10 @@ from pathlib import Path
 
 import torch
 
-from ..manifolds import get_manifold
-from ..msign import msign
-from ..optim.inner_solvers import admm, dual_ascent, exact_solution, rms
-from ..provenance import Stopwatch
+from manifold_muon.manifolds import get_manifold
+from manifold_muon.msign import msign
+from manifold_muon.optim.inner_solvers import admm, dual_ascent, exact_solution, rms
+from manifold_muon_lab.provenance import Stopwatch
 from .common import CPU_SHAPES, GPT2_SHAPES, QUICK_SHAPES, device, one_cpu_thread, time_call, write_result
 
 ETA = 0.1

@@ -24,22 +24,22 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from ..assignments import build_optimizers, retract_parameters
-from ..provenance import Stopwatch
+from manifold_muon.assignments import build_optimizers, retract_parameters
+from manifold_muon_lab.provenance import Stopwatch
 from .common import device, one_cpu_thread, time_call, write_result
 
 CONDITIONS = ("unconstrained", "all_stiefel", "all_dgram", "hetero", "hetero_inv",
               "macro_fro", "macro_spec", "muonh_fro", "muonh_spec", "sso", "fso")
 # informative variants: (label, assignment, build_optimizers overrides)
 VARIANTS = (("unconstrained[msign fp32]", "unconstrained", dict(msign_dtype=torch.float32)),
-            ("macro_spec[power 10]", "macro_spec", dict(manifold_kwargs=dict(power_iters=10))),
-            ("muonh_spec[power 10]", "muonh_spec", dict(manifold_kwargs=dict(power_iters=10))),
+            ("macro_spec[power 10]", "macro_spec", dict(manifold_args=dict(power_iters=10))),
+            ("muonh_spec[power 10]", "muonh_spec", dict(manifold_args=dict(power_iters=10))),
             ("hetero[admm 10]", "hetero", dict(inner="admm", inner_steps=10)),
             ("hetero[dual ascent 5, warm]", "hetero", dict(inner_steps=5, warm_start=True)),
             # zero dual steps: one msign of the tangent-projected momentum (as accurate as the post's
             # 20 steps in runs/bench/inner_solvers.json), then the retraction
             ("hetero[0 dual steps]", "hetero", dict(inner_steps=0)),
-            ("hetero[0 dual steps, NS 5]", "hetero", dict(inner_steps=0, msign_method="newton_schulz", msign_steps=5)))
+            ("hetero[0 dual steps, NS 5]", "hetero", dict(inner_steps=0, msign="newton_schulz", ns_steps=5)))
 BASELINE = "unconstrained"  # Muon on every block matrix, at its defaults (Newton-Schulz in bfloat16)
 TARGET = {"hetero": 3.0}
 

@@ -6,7 +6,7 @@ optimizer retracts). Variants:
 * stiefel/svd            U V^T from an SVD
 * dgram/msign            one msign (as Stiefel's) + column scaling by diag(Q^T X) (the default)
 * dgram/svd_post         the post's U V^T diag(Sigma) (an SVD; not a retraction, see gram.DGram)
-* oblique                column normalisation
+* gram_oblique           column normalisation
 Also the residual after retraction, so that a fast-but-wrong variant shows. Measures only.
 """
 
@@ -16,17 +16,17 @@ from pathlib import Path
 
 import torch
 
-from ..manifolds import get_manifold
-from ..msign import msign
-from ..provenance import Stopwatch
+from manifold_muon.manifolds import get_manifold
+from manifold_muon.msign import msign
+from manifold_muon_lab.provenance import Stopwatch
 from .common import CPU_SHAPES, GPT2_SHAPES, QUICK_SHAPES, device, one_cpu_thread, time_call, write_result
 
 VARIANTS = {
-    "stiefel/polar_express": ("stiefel", dict(msign_method="polar_express")),
-    "stiefel/svd": ("stiefel", dict(msign_method="svd")),
-    "dgram/msign": ("dgram", dict(retraction="msign", msign_method="polar_express")),
+    "stiefel/polar_express": ("stiefel", dict(msign="polar_express")),
+    "stiefel/svd": ("stiefel", dict(msign="svd")),
+    "dgram/msign": ("dgram", dict(retraction="msign", msign="polar_express")),
     "dgram/svd_post": ("dgram", dict(retraction="svd_post")),
-    "oblique": ("oblique", dict()),
+    "gram_oblique": ("gram_oblique", dict()),
 }
 
 

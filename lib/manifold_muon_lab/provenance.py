@@ -10,7 +10,7 @@ import tempfile
 import time
 from pathlib import Path
 
-__all__ = ["provenance", "write_json_atomic", "write_text_atomic", "read_json", "Stopwatch"]
+__all__ = ["provenance", "write_json_atomic", "write_text_atomic", "Stopwatch", "summary"]
 
 
 def _git(*args: str) -> str:
@@ -25,12 +25,12 @@ def provenance(parameters: dict | None = None, wall_time_s: float | None = None)
     """A record of what produced a result, to store next to it."""
     import torch
 
-    from . import __version__
+    import manifold_muon
 
     dirty = _git("status", "--porcelain", "--untracked-files=no")
     record = {
         "commit": _git("rev-parse", "HEAD") + ("+dirty" if dirty not in ("", "unknown") else ""),
-        "lib_version": __version__,
+        "lib_version": manifold_muon.__version__,
         "torch_version": torch.__version__,
         "python_version": platform.python_version(),
         "hardware": {
@@ -69,13 +69,6 @@ def write_text_atomic(path: str | os.PathLike, text: str) -> Path:
 
 def write_json_atomic(path: str | os.PathLike, obj) -> Path:
     return write_text_atomic(path, json.dumps(obj, indent=1, sort_keys=True, default=float) + "\n")
-
-
-def read_json(path: str | os.PathLike):
-    path = Path(path)
-    if not path.exists():
-        raise FileNotFoundError(f"{path} does not exist; run `make runs` (or `make reproduce`) to produce it")
-    return json.loads(path.read_text())
 
 
 class Stopwatch:

@@ -1,7 +1,7 @@
 """Token data: prepared once into uint16 files, then sampled in random windows (nanoGPT's scheme).
 
-A prepared data set is a folder (default ``data/<name>/`` at the repository root, git-ignored; the
-environment variable ``MANIFOLD_MUON_DATA_DIR`` moves the root) holding
+A prepared data set is a folder (default ``data/<name>/`` under the current directory, or under
+``$MANIFOLD_MUON_DATA_DIR``; every function also takes ``data_dir=``) holding
 
 * ``train.bin``, ``val.bin``  token ids as raw uint16, every document followed by the end-of-text token
 * ``meta.json``               tokenizer, vocab_size, eot_token, token counts, source, and a fingerprint
@@ -34,7 +34,9 @@ Tokenizers:
 * ``"gpt2"``  GPT-2's BPE (tiktoken): vocabulary 50257, end-of-text 50256, the tokenizer of both papers.
 
 ``get_batch(split, batch_size, block_size, generator, device)`` returns (X, Y), Y being X shifted by
-one token, drawn from the data set prepared last in this process (or from ``data_dir=``).
+one token, drawn from the data set prepared last in this process (or from ``data_dir=``). ``Batches``
+is the training loop's sampler: a named data set (or uniform random tokens, ``"synthetic"``), prepared
+once, then ``batch(split, n, generator)``.
 """
 
 from __future__ import annotations
@@ -52,18 +54,17 @@ from pathlib import Path
 import numpy as np
 import torch
 
-__all__ = ["ByteTokenizer", "GPT2Tokenizer", "get_tokenizer", "kjv_text", "prepare_kjv", "prepare_embedded",
-           "prepare_from_text_files", "prepare_openwebtext", "write_token_splits", "load_meta", "get_batch",
-           "default_data_dir", "DATASETS"]
+__all__ = ["ByteTokenizer", "GPT2Tokenizer", "get_tokenizer", "kjv_text", "prepare_kjv", "prepare_from_text_files",
+           "prepare_openwebtext", "write_token_splits", "load_meta", "get_batch", "default_data_dir", "DATASETS",
+           "Batches"]
 
 FORMAT_VERSION = 1
 _active_data_dir: Path | None = None  # the folder the last prepare_* call of this process returned
 
 
 def default_data_dir(name: str) -> Path:
-    """``<repository>/data/<name>``, or ``$MANIFOLD_MUON_DATA_DIR/<name>``."""
-    root = os.environ.get("MANIFOLD_MUON_DATA_DIR")
-    return Path(root) / name if root else Path(__file__).resolve().parents[2] / "data" / name
+    """``$MANIFOLD_MUON_DATA_DIR/<name>``, else ``data/<name>`` under the current directory."""
+    return Path(os.environ.get("MANIFOLD_MUON_DATA_DIR", "data")) / name
 
 
 # ----------------------------------------------------------------------------- tokenizers
@@ -269,11 +270,6 @@ def prepare_kjv(data_dir=None, val_fraction: float = 0.1) -> dict:
     return write_token_splits({"train": [train], "val": [val]}, data_dir, "bytes", info=info)
 
 
-def prepare_embedded(data_dir=None) -> dict:
-    """The embedded default corpus (today the King James Bible): what laptops and CI train on."""
-    return prepare_kjv(data_dir)
-
-
 def prepare_from_text_files(paths: Sequence, data_dir, tokenizer: str = "gpt2", val_fraction: float = 0.1,
                             num_proc: int = 1) -> dict:
     """Prepare local UTF-8 text files: each file is a document, its first 1 - val_fraction (cut at a
@@ -354,8 +350,8 @@ def load_meta(data_dir=None) -> dict:
     path = data_dir / "meta.json"
     if not path.is_file():
         how = {"kjv": "prepare_kjv", "openwebtext": "prepare_openwebtext"}.get(data_dir.name)
-        hint = (f"run manifold_muon.data.{how}('{data_dir}')" if how else
-                f"prepare it first with manifold_muon.data.prepare_kjv('{data_dir}'), "
+        hint = (f"run manifold_muon_lab.data.{how}('{data_dir}')" if how else
+                f"prepare it first with manifold_muon_lab.data.prepare_kjv('{data_dir}'), "
                 f"prepare_from_text_files(paths, '{data_dir}') or prepare_openwebtext('{data_dir}')")
         raise FileNotFoundError(f"no prepared data set in {data_dir} (meta.json is missing): {hint}")
     return {**json.loads(path.read_text()), "data_dir": str(data_dir)}
@@ -385,3 +381,34 @@ def get_batch(split: str, batch_size: int, block_size: int, generator: torch.Gen
     if device.type == "cuda":
         return x.pin_memory().to(device, non_blocking=True), y.pin_memory().to(device, non_blocking=True)
     return x.to(device), y.to(device)
+
+
+class Batches:
+    """The batches of one data set for a training run: ``batch(split, n, generator) -> (X, Y)`` on ``device``.
+
+    ``name`` is a key of ``DATASETS`` (prepared on construction, idempotently, in ``data_dir`` or its
+    default) or ``"synthetic"`` (uniform random tokens of ``vocab_size``: for timing, nothing to learn).
+    ``vocab_size`` (None: the data's) may exceed the data's vocabulary, never undercut it.
+    """
+
+    def __init__(self, name: str, block_size: int, device="cpu", data_dir=None, vocab_size: int | None = None):
+        self.name, self.block_size, self.device = name, block_size, device
+        if name == "synthetic":
+            if not vocab_size:
+                raise ValueError("data=synthetic needs vocab_size (the range of the random tokens)")
+            self.vocab_size, self.min_split_len, self.data_dir = vocab_size, 10**12, None
+            return
+        if name not in DATASETS:
+            raise ValueError(f"unknown data set {name!r}; choose one of: {', '.join([*DATASETS, 'synthetic'])}")
+        meta = DATASETS[name](**({} if data_dir is None else {"data_dir": data_dir}))
+        self.data_dir = meta["data_dir"]
+        self.vocab_size = vocab_size or meta["vocab_size"]
+        if self.vocab_size < meta["vocab_size"]:
+            raise ValueError(f"vocab_size={self.vocab_size} is smaller than the data's {meta['vocab_size']}")
+        self.min_split_len = min(meta["train_tokens"], meta["val_tokens"])
+
+    def batch(self, split: str, n: int, generator: torch.Generator):
+        if self.name == "synthetic":
+            X = torch.randint(self.vocab_size, (n, self.block_size + 1), generator=generator)
+            return X[:, :-1].contiguous().to(self.device), X[:, 1:].contiguous().to(self.device)
+        return get_batch(split, n, self.block_size, generator, self.device, data_dir=self.data_dir)

@@ -50,9 +50,9 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from .gpt2 import attention_probe, generate  # they work on any model of this package; here for models.qwen3 users
+from .gpt2 import attention_probe  # works on any model of this package; here for models.qwen3 users
 
-__all__ = ["Qwen3Config", "Qwen3", "RMSNorm", "attention_probe", "generate"]
+__all__ = ["Qwen3Config", "Qwen3", "RMSNorm", "attention_probe"]
 
 
 def default_ffn_dim(n_embd: int, multiple_of: int = 64) -> int:
@@ -118,20 +118,6 @@ class Qwen3Config:
         return cls(**{"block_size": 128, "vocab_size": 256, "n_layer": 3, "n_head": 4, "n_kv_head": 2,
                       "n_embd": 64, **kw})
 
-    @classmethod
-    def mini(cls, **kw) -> "Qwen3Config":
-        """6 layers, 6 query heads sharing 3 key/value heads, 384 wide (9.8M parameters at vocabulary 256)."""
-        return cls(**{"block_size": 256, "vocab_size": 256, "n_layer": 6, "n_head": 6, "n_kv_head": 3,
-                      "n_embd": 384, **kw})
-
-    def num_params(self) -> int:
-        """Parameter count of ``Qwen3(self)`` from the formula, without building it (tied head counted once)."""
-        d, hd, F_ = self.n_embd, self.head_dim, self.ffn_dim
-        attn = d * self.n_head * hd + 2 * d * self.n_kv_head * hd + self.n_head * hd * d  # q, k, v, o
-        mlp = 3 * d * F_  # gate, up, down
-        norms = 0 if self.rmsnorm_free else 2 * d + 2 * hd  # attn_norm, mlp_norm, q_norm, k_norm
-        final_norm = 0 if self.rmsnorm_free else d
-        return self.vocab_size * d + self.n_layer * (attn + mlp + norms) + final_norm
 
 
 class RMSNorm(nn.Module):

@@ -1,4 +1,4 @@
-"""MACRO, MuonH, SSO, FSO (003): each against a float64 transcription of its equations; constraints kept;
+"""MACRO, MuonH, SSO, FSO (the paper): each against a float64 transcription of its equations; constraints kept;
 Lemma 1 checked numerically (and where it fails); bad input refused."""
 
 import io
@@ -9,13 +9,13 @@ import torch
 from manifold_muon.msign import msign_svd
 from manifold_muon.manifolds import get_manifold
 from manifold_muon.optim import FSO, MACRO, SSO, MuonH
-from manifold_muon.optim.constrained import bisect_multiplier
+from manifold_muon.optim.spheres import bisect_multiplier
 
 F64 = torch.float64
-SPHERES = ["frobenius_sphere", "spectral_sphere", "oblique_in", "oblique_out"]
+SPHERES = ["frobenius_sphere", "spectral_sphere", "input_oblique_sphere", "output_oblique_sphere"]
 
 
-# ---------- direct transcriptions of 003's equations (float64, one matrix, no batching) ----------
+# ---------- direct transcriptions of the paper's equations (float64, one matrix, no batching) ----------
 
 def msign(X):
     U, s, Vh = torch.linalg.svd(X, full_matrices=False)
@@ -33,20 +33,20 @@ def proj(name, W, M):  # App. B.1
     if name == "spectral_sphere":
         _, u, v = top(W)
         return M - (u @ M @ v) * torch.outer(u, v)
-    if name == "oblique_in":
+    if name == "input_oblique_sphere":
         return M - (M * W).sum(0, keepdim=True) / (W * W).sum(0, keepdim=True) * W
     return M - (M * W).sum(1, keepdim=True) / (W * W).sum(1, keepdim=True) * W
 
 
 def norm(name, X):  # ||.||_M of Sec. 2
     return {"frobenius_sphere": lambda: X.norm(), "spectral_sphere": lambda: top(X)[0],
-            "oblique_in": lambda: X.norm(dim=0).max(), "oblique_out": lambda: X.norm(dim=1).max()}[name]()
+            "input_oblique_sphere": lambda: X.norm(dim=0).max(), "output_oblique_sphere": lambda: X.norm(dim=1).max()}[name]()
 
 
 def retract(name, X, R):  # App. B.1 (spectral: the approximate R X / ||X||_2 that 003 ran)
     if name in ("frobenius_sphere", "spectral_sphere"):
         return R * X / norm(name, X)
-    return R * X / X.norm(dim=0 if name == "oblique_in" else 1, keepdim=True)
+    return R * X / X.norm(dim=0 if name == "input_oblique_sphere" else 1, keepdim=True)
 
 
 def bisection(M, Theta, tol, iters):  # Lemma 1's bracket, one scalar lambda at a time
@@ -95,7 +95,7 @@ def test_matches_transcription(kind, cls, name, shape):
     W0 = M.retract(torch.randn(*shape, generator=g, dtype=F64))
     grads = [torch.randn(*shape, generator=g, dtype=F64) for _ in range(3)]
     p = torch.nn.Parameter(W0.clone())
-    opt = cls([p], lr=0.05, manifold=name, r=1.3, beta=0.9, c=0.7, msign_method="svd")
+    opt = cls([p], lr=0.05, manifold={"name": name, "r": 1.3}, momentum=0.9, c=0.7, msign="svd")
     for G in grads:
         p.grad = G.clone()
         opt.step()
@@ -135,7 +135,7 @@ def test_sphere_constraint_and_tangency_of_the_fso_sso_directions():
         assert (h.abs() / torch.linalg.svdvals(Theta).sum(-1)).max() < 1e-9
 
 
-# ---------- Lemma 1 (003, App. B.2) numerically ----------
+# ---------- Lemma 1 (The paper, App. B.2) numerically ----------
 
 def _h(G, Theta, lams):
     return torch.stack([(Theta * msign_svd(G + l * Theta)).sum() for l in lams])
@@ -193,8 +193,8 @@ def test_batched_equals_separate_and_groups_hold_different_manifolds():
     Gs = [torch.randn(5, 3, generator=g) for _ in range(3)]
     together = [torch.nn.Parameter(W.clone()) for W in Ws]
     apart = [torch.nn.Parameter(W.clone()) for W in Ws]
-    opt = MACRO(together, lr=0.1, msign_method="svd")
-    opts = [MACRO([p], lr=0.1, msign_method="svd") for p in apart]
+    opt = MACRO(together, lr=0.1, msign="svd")
+    opts = [MACRO([p], lr=0.1, msign="svd") for p in apart]
     for p, q, G in zip(together, apart, Gs):
         p.grad, q.grad = G.clone(), G.clone()
     opt.step()
@@ -202,10 +202,10 @@ def test_batched_equals_separate_and_groups_hold_different_manifolds():
     for p, q in zip(together, apart):
         assert torch.allclose(p, q, atol=1e-6)
     a, b = torch.nn.Parameter(torch.randn(5, 3)), torch.nn.Parameter(torch.randn(3, 5))
-    opt = MACRO([{"params": [a], "manifold": "oblique_in"}, {"params": [b], "manifold": "frobenius_sphere"}], lr=0.1)
+    opt = MACRO([{"params": [a], "manifold": "input_oblique_sphere"}, {"params": [b], "manifold": "frobenius_sphere"}], lr=0.1)
     a.grad, b.grad = torch.randn(5, 3), torch.randn(3, 5)
     opt.step()
-    assert float(get_manifold("oblique_in").residual(a.detach())) < 1e-5
+    assert float(get_manifold("input_oblique_sphere").residual(a.detach())) < 1e-5
     assert float(get_manifold("frobenius_sphere").residual(b.detach())) < 1e-5
 
 
@@ -238,13 +238,13 @@ def test_state_dict_round_trip_and_scheduler(cls):
     p.grad = grads[0].clone()
     opt.step()
     assert opt.param_groups[0]["lr"] == 0.0
-    m = opt._manifold(opt.param_groups[0])
+    m = opt.param_groups[0]["manifold"]
     assert torch.allclose(p.detach(), m.retract(before), atol=1e-6), "lr 0 only retracts"
 
 
 @pytest.mark.parametrize("cls", [MACRO, MuonH, SSO, FSO])
 def test_zero_nonfinite_rank_deficient_bf16(cls):
-    name = {MACRO: "oblique_out", MuonH: "frobenius_sphere", SSO: "spectral_sphere", FSO: "frobenius_sphere"}[cls]
+    name = {MACRO: "output_oblique_sphere", MuonH: "frobenius_sphere", SSO: "spectral_sphere", FSO: "frobenius_sphere"}[cls]
     M = get_manifold(name)
     p = torch.nn.Parameter(M.random_point((6, 4)))
     opt = cls([p], lr=0.1, manifold=name)
@@ -282,14 +282,16 @@ def test_bad_config_is_refused():
         MACRO([torch.nn.Parameter(torch.randn(2, 4, 3))])
     with pytest.raises(ValueError, match="lr"):
         MACRO([p], lr=-1.0)
-    with pytest.raises(ValueError, match="beta"):
-        MACRO([p], beta=1.0)
+    with pytest.raises(ValueError, match="momentum"):
+        MACRO([p], momentum=1.0)
+    with pytest.raises(TypeError, match="beta"):  # a misspelt setting is refused, not ignored
+        MACRO([p], beta=0.9)
     with pytest.raises(ValueError, match="use MACRO"):
-        MuonH([p], manifold="oblique_in")
+        MuonH([p], manifold="input_oblique_sphere")
     with pytest.raises(ValueError, match="use MACRO"):
         SSO([p], manifold="frobenius_sphere")
     with pytest.raises(ValueError, match="newton_schulz"):
-        FSO([p], msign_method="qr")
+        FSO([p], msign="qr")
     with pytest.raises(ValueError, match="max_iter"):
         FSO([p], max_iter=0)
     opt = MACRO([p])
@@ -300,7 +302,7 @@ def test_bad_config_is_refused():
 def test_qkv_split_puts_each_block_on_its_own_sphere():
     p = torch.nn.Parameter(torch.randn(9, 4))
     for cls in (MACRO, MuonH, SSO):
-        opt = cls([p], lr=0.1, manifold="spectral_sphere", split=3, r=2.0)
+        opt = cls([p], lr=0.1, manifold={"name": "spectral_sphere", "r": 2.0}, split=3)
         opt.retract_parameters()
         p.grad = torch.randn(9, 4)
         opt.step()
@@ -313,7 +315,7 @@ def test_qkv_split_puts_each_block_on_its_own_sphere():
 
 
 def test_frobenius_constraint_is_not_invariant_under_qkv_split():
-    """003, Table 11 caption: 'the Frobenius constraint is invariant under the split'. Not as sets (three
+    """The paper, Table 11 caption: 'the Frobenius constraint is invariant under the split'. Not as sets (three
     spheres of radius r sqrt(d) are a strict subset of one of radius r sqrt(3d)), nor as steps: from a point
     on both, one MACRO-fro step with and without the split lands at different weights."""
     g = torch.Generator().manual_seed(4)
@@ -324,7 +326,7 @@ def test_frobenius_constraint_is_not_invariant_under_qkv_split():
     out = []
     for split in (1, 3):
         p = torch.nn.Parameter(W0.clone())
-        opt = MACRO([p], lr=0.1, manifold="frobenius_sphere", split=split, msign_method="svd")
+        opt = MACRO([p], lr=0.1, manifold="frobenius_sphere", split=split, msign="svd")
         p.grad = G.clone()
         opt.step()
         out.append(p.detach())
@@ -332,9 +334,9 @@ def test_frobenius_constraint_is_not_invariant_under_qkv_split():
     assert torch.linalg.matrix_norm(out[0].view(3, d, d)).sub(d ** 0.5).abs().max() > 1e-3, "fused: blocks drift"
 
 
-@pytest.mark.parametrize("name", ["frobenius_sphere", "spectral_sphere", "oblique_out"])
+@pytest.mark.parametrize("name", ["frobenius_sphere", "spectral_sphere", "output_oblique_sphere"])
 def test_weight_decay_is_a_learning_rate_change_under_a_rescaling_retraction(name):
-    """003 App. D.2 finds wd = 0 and wd = 0.1 'agree within 0.001'. With a scale-invariant retraction
+    """The paper's App. D.2 finds wd = 0 and wd = 0.1 'agree within 0.001'. With a scale-invariant retraction
     P(a X) = P(X) that is algebra, not evidence: P((1 - lr wd) W - lr S) = P(W - lr / (1 - lr wd) S)."""
     g = torch.Generator().manual_seed(9)
     W0 = get_manifold(name).retract(torch.randn(6, 4, generator=g, dtype=F64))
@@ -342,7 +344,7 @@ def test_weight_decay_is_a_learning_rate_change_under_a_rescaling_retraction(nam
     lr, wd, out = 0.01, 0.1, []
     for kw in (dict(lr=lr, weight_decay=wd), dict(lr=lr / (1 - lr * wd), weight_decay=0.0)):
         p = torch.nn.Parameter(W0.clone())
-        opt = MACRO([p], manifold=name, msign_method="svd", **kw)
+        opt = MACRO([p], manifold=name, msign="svd", **kw)
         for G in grads:
             p.grad = G.clone()
             opt.step()

@@ -17,7 +17,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from ..provenance import provenance, write_json_atomic
+from manifold_muon_lab.provenance import provenance, write_json_atomic
 
 POST_ASSIGNMENTS = ("unconstrained", "all_stiefel", "hetero", "all_dgram", "hetero_inv")
 PAPER_003_ASSIGNMENTS = ("muon", "macro_fro", "macro_spec", "muonh_fro", "muonh_spec", "sso", "fso")
@@ -26,11 +26,13 @@ POST_RATIOS = {"all_stiefel": 5.8, "hetero": 8.3, "all_dgram": 13.6}  # per-step
 
 def time_assignment(preset: str, assignment: str, steps: int, out_dir: Path, **overrides) -> dict:
     """Median seconds per step (fb, opt, total) over steps 1..steps-1 of a short run, and tokens/s."""
-    from ..config import load_preset
-    from ..metrics import read_metrics
-    from ..train import train
+    from manifold_muon_lab.config import load_preset
+    from manifold_muon_lab.metrics import read_metrics
+    from manifold_muon_lab.train import train
 
-    cfg = load_preset(preset, assignment=assignment, data="synthetic", vocab_size=256, max_steps=steps,
+    from ..pipeline import repo_root
+
+    cfg = load_preset(preset, repo_root() / "runs" / "presets" / "training", assignment=assignment, data="synthetic", vocab_size=256, max_steps=steps,
                       warmup=0, eval_every=10**9, eval_batches=1, probe_every=0, spectrum_every=0,
                       checkpoint_every=-1, out_dir=str(out_dir / assignment), **overrides)
     summary = train(cfg, resume=False, progress=False)

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import torch
 
-from ..provenance import provenance, write_json_atomic
+from manifold_muon_lab.provenance import provenance, write_json_atomic
 
 GPT2_SHAPES = [(768, 768), (768, 2304), (768, 3072), (3072, 768)]
 CPU_SHAPES = [(128, 128), (128, 512), (512, 128)]

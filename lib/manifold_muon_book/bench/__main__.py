@@ -1,4 +1,4 @@
-"""`python -m manifold_muon.bench [--quick] [--only NAME ...]`: run the benchmarks into runs/bench/."""
+"""`python -m manifold_muon_book.bench [--quick] [--only NAME ...]`: run the benchmarks into runs/bench/."""
 
 import argparse
 import importlib
@@ -14,13 +14,7 @@ def main(argv=None):
     ap.add_argument("--only", nargs="*", choices=BENCHMARKS, default=None)
     args = ap.parse_args(argv)
     for name in args.only or BENCHMARKS:
-        try:
-            mod = importlib.import_module(f"{__package__}.{name}")
-        except ModuleNotFoundError as e:
-            if e.name == f"{__package__}.{name}":
-                print(f"[bench] {name}: not written yet, skipped")
-                continue
-            raise
+        mod = importlib.import_module(f"{__package__}.{name}")
         print(f"[bench] {name} ...", flush=True)
         mod.main(args.out, quick=args.quick)
 

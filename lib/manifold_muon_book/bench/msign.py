@@ -11,8 +11,8 @@ from pathlib import Path
 
 import torch
 
-from ..msign import msign, msign_svd, singular_value_error
-from ..provenance import Stopwatch
+from manifold_muon.msign import msign, msign_svd, singular_value_error
+from manifold_muon_lab.provenance import Stopwatch
 from .common import CPU_SHAPES, GPT2_SHAPES, QUICK_SHAPES, device, one_cpu_thread, time_call, write_result
 
 def svd_msign_fp32(G):

@@ -1,0 +1,225 @@
+"""The one step every optimizer of this package takes; each optimizer supplies only its direction and
+its retraction.
+
+For each 2-D weight W with gradient g (same-shape weights of a param group are stepped as one batch):
+
+    M   <- momentum * M + (1 - momentum) * g             the momentum buffer, an EMA (torch.optim.Muon's)
+    G   <- (1 - momentum) g + momentum M  if nesterov  else  M
+    D   <- direction(W, G)                               what makes each optimizer itself
+    W   <- retract((1 - lr * weight_decay) W - lr * step_scale * D)
+
+Settings shared by all, named as ``torch.optim.Muon`` names them where it has them: ``lr``,
+``momentum``, ``nesterov``, ``weight_decay``, ``ns_steps`` (steps of the iterative msign), and
+``msign`` (one of ``msign.METHODS``), ``msign_dtype`` (None: the compute dtype), ``nonfinite``.
+Defaults: the package's one msign, ``msign.DEFAULT`` (Polar Express, 5 steps, compute precision).
+
+Precision: the step is computed in float32 for bfloat16/float16 weights (momentum kept in float32) and
+in the weights' own dtype otherwise, then written back.
+
+Non-finite gradients (one policy for every optimizer): with ``nonfinite="raise"`` (default) a NaN or inf
+in any gradient raises ``FloatingPointError`` before any weight or buffer is touched; with ``"skip"``
+those weights (and their momentum) are left unchanged and the others step.
+
+A param group holds its manifold one way: a ``Manifold`` instance under ``"manifold"`` (given as a name,
+a ``spec()`` dict or an instance); ``state_dict()`` stores its spec and ``load_state_dict`` rebuilds it.
+An optimizer declares the family of manifolds it works on (``manifold_family``) and refuses others when
+the group is added. ``split=k`` steps each (D_out, D_in) weight as k row blocks, each on its own manifold
+(the paper's "qkv-split" of a fused attention matrix is ``split=3``).
+"""
+
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+
+import torch
+
+from ..manifolds import Manifold, get_manifold
+from ..msign import DEFAULT, METHODS, msign
+
+__all__ = ["MatrixOptimizer", "NONFINITE"]
+
+NONFINITE = ("raise", "skip")
+
+
+class MatrixOptimizer(torch.optim.Optimizer):
+    """Base class. Subclasses set ``manifold_family`` (None: no manifold) and ``default_manifold``,
+    implement ``direction``, and may override ``retract``, ``step_scale`` and ``check_group``. A subclass's
+    ``__init__`` names every setting it takes and passes its own ones on as keywords (``own``), so that a
+    misspelt argument is a TypeError, never a silently ignored group key."""
+
+    manifold_family: type[Manifold] | None = None
+    default_manifold: str | None = None
+
+    def __init__(self, params, lr: float, momentum: float, nesterov: bool, weight_decay: float,
+                 msign: str = DEFAULT.method, ns_steps: int = DEFAULT.steps, msign_dtype: torch.dtype | None = None,
+                 nonfinite: str = "raise", manifold=None, split: int = 1, **own):
+        defaults = dict(lr=lr, momentum=momentum, nesterov=nesterov, weight_decay=weight_decay, msign=msign,
+                        ns_steps=ns_steps, msign_dtype=msign_dtype, nonfinite=nonfinite,
+                        manifold=manifold if manifold is not None else self.default_manifold, split=split, **own)
+        super().__init__(params, defaults)
+
+    # ------------------------------------------------------------------ what a subclass supplies
+
+    def direction(self, W: torch.Tensor, G: torch.Tensor, group: dict, states: list[dict]) -> torch.Tensor:
+        """The step direction D for a batch of weights W (momentum directions G), same shape as W."""
+        raise NotImplementedError
+
+    def retract(self, X: torch.Tensor, group: dict) -> torch.Tensor:
+        """Back onto the group's manifold (the identity without one)."""
+        return X if group["manifold"] is None else group["manifold"].retract(X)
+
+    def step_scale(self, shape, group: dict) -> float:
+        """A per-shape factor on the learning rate (Muon's shape adjustment); 1 by default."""
+        return 1.0
+
+    def check_group(self, group: dict) -> None:
+        """Refuse a subclass's own bad settings (raise ValueError with what to do instead)."""
+
+    # ------------------------------------------------------------------ the shared machinery
+
+    def msign_fn(self, group: dict):
+        """The group's msign as a function of one (batched) matrix argument."""
+        method, steps, dtype = group["msign"], group["ns_steps"], group["msign_dtype"]
+        return lambda X: msign(X, method, steps, dtype)
+
+    def add_param_group(self, param_group: dict) -> None:
+        super().add_param_group(param_group)
+        group = self.param_groups[-1]
+        name = type(self).__name__
+        try:
+            self._check_common(group, name)
+            self.check_group(group)
+        except ValueError:
+            self.param_groups.pop()
+            raise
+
+    def _check_common(self, group: dict, name: str) -> None:
+        for p in group["params"]:
+            if p.ndim != 2:
+                raise ValueError(
+                    f"{name} steps 2-D weight matrices, got a parameter of shape {tuple(p.shape)}; "
+                    + ("give 1-D parameters (biases, norm gains) and embeddings to torch.optim.AdamW instead"
+                       if p.ndim < 2 else "reshape it into a matrix (e.g. a conv kernel as (out, in*k*k)) or "
+                                          "give it to AdamW"))
+            if p.is_complex() or not p.is_floating_point():
+                raise ValueError(f"{name} needs real floating-point parameters, got {p.dtype}")
+        lr = group["lr"]
+        if isinstance(lr, torch.Tensor) or not (isinstance(lr, (int, float)) and math.isfinite(lr) and lr >= 0):
+            raise ValueError(f"{name}: lr must be a finite float >= 0, got {lr!r}")
+        if not (isinstance(group["momentum"], (int, float)) and 0 <= group["momentum"] < 1):
+            raise ValueError(f"{name}: momentum must be in [0, 1), got {group['momentum']!r}")
+        if not (isinstance(group["weight_decay"], (int, float)) and group["weight_decay"] >= 0):
+            raise ValueError(f"{name}: weight_decay must be >= 0, got {group['weight_decay']!r}")
+        if group["msign"] not in METHODS:
+            raise ValueError(f"{name}: unknown msign {group['msign']!r}; choose one of {', '.join(METHODS)}")
+        if not (isinstance(group["ns_steps"], int) and 1 <= group["ns_steps"] < 100):
+            raise ValueError(f"{name}: ns_steps must be an int in 1..99, got {group['ns_steps']!r}")
+        if group["nonfinite"] not in NONFINITE:
+            raise ValueError(f"{name}: nonfinite must be 'raise' or 'skip' (skip leaves those weights and their "
+                             f"momentum unchanged), got {group['nonfinite']!r}")
+        k = group["split"]
+        for p in group["params"]:
+            if not (isinstance(k, int) and k >= 1 and p.shape[0] % k == 0):
+                raise ValueError(f"{name}: split={k!r} must be a positive int dividing D_out={p.shape[0]} "
+                                 "(e.g. 3 for GPT-2's fused c_attn = [W_q; W_k; W_v]); use split=1 for one matrix")
+        if self.manifold_family is None:
+            if group["manifold"] is not None:
+                raise ValueError(f"{name} has no manifold, got manifold={group['manifold']!r}; leave it out")
+            return
+        group["manifold"] = get_manifold(group["manifold"])  # an unknown name lists the valid ones
+        if not isinstance(group["manifold"], self.manifold_family):
+            raise ValueError(f"{name} works on the {self.manifold_family.__name__} family, got "
+                             f"{group['manifold']!r}; choose another manifold or another optimizer")
+
+    def state_dict(self):
+        sd = super().state_dict()
+        for g in sd["param_groups"]:
+            if isinstance(g.get("manifold"), Manifold):
+                g["manifold"] = g["manifold"].spec()
+        return sd
+
+    def load_state_dict(self, state_dict):
+        super().load_state_dict(state_dict)
+        for g in self.param_groups:
+            if g.get("manifold") is not None:
+                g["manifold"] = get_manifold(g["manifold"])
+
+    @torch.no_grad()
+    def retract_parameters(self) -> None:
+        """Put every weight on its group's manifold (call once after initialisation)."""
+        for group in self.param_groups:
+            if group["manifold"] is None:
+                continue
+            for p in group["params"]:
+                W = self._blocks(p.to(self._compute_dtype(p)), group)
+                p.copy_(self.retract(W, group).reshape(p.shape))
+
+    def blocks(self, X: torch.Tensor, group: dict) -> torch.Tensor:
+        """X (shaped like a weight of ``group``) as the matrices its manifold constrains: (k, D_out/k, D_in)
+        row blocks with ``split=k``, else X itself."""
+        return self._blocks(X, group)
+
+    @staticmethod
+    def _blocks(X: torch.Tensor, group: dict) -> torch.Tensor:
+        k = group["split"]
+        return X if k == 1 else X.reshape(*X.shape[:-2], k, X.shape[-2] // k, X.shape[-1])
+
+    @staticmethod
+    def _compute_dtype(p: torch.Tensor) -> torch.dtype:
+        return torch.float32 if p.dtype in (torch.float16, torch.bfloat16) else p.dtype
+
+    def _nonfinite(self) -> set:
+        """Parameters whose gradient has NaN or inf: raise (policy 'raise') or return them (policy 'skip')."""
+        bad = set()
+        for group in self.param_groups:
+            for p in group["params"]:
+                if p.grad is not None and not bool(torch.isfinite(p.grad).all()):
+                    if group["nonfinite"] == "raise":
+                        raise FloatingPointError(
+                            f"{type(self).__name__}: a gradient of shape {tuple(p.shape)} has NaN or inf; no weight "
+                            "was changed. Lower the lr, fix the loss, or pass nonfinite='skip' to leave such "
+                            "weights unchanged")
+                    bad.add(p)
+        return bad
+
+    @torch.no_grad()
+    def step(self, closure=None):
+        loss = None
+        if closure is not None:
+            with torch.enable_grad():
+                loss = closure()
+        skip = self._nonfinite()  # before anything is touched
+        for group in self.param_groups:
+            batches = defaultdict(list)  # same shape, dtype, device -> one batched step
+            for p in group["params"]:
+                if p.grad is None or p in skip:
+                    continue
+                if p.grad.is_sparse:
+                    raise RuntimeError(f"{type(self).__name__} does not support sparse gradients")
+                batches[(p.shape, p.dtype, p.device)].append(p)
+            for params in batches.values():
+                self._step_batch(group, params)
+        return loss
+
+    def _step_batch(self, group: dict, params: list) -> None:
+        dtype = self._compute_dtype(params[0])
+        momentum, states = group["momentum"], [self.state[p] for p in params]
+        directions = []
+        for p, state in zip(params, states):
+            grad = p.grad.to(dtype)
+            if "momentum_buffer" not in state:
+                state["momentum_buffer"] = torch.zeros_like(p, dtype=dtype)
+            buf = state["momentum_buffer"]
+            buf.lerp_(grad, 1 - momentum)
+            directions.append(grad.lerp(buf, momentum) if group["nesterov"] else buf)
+        W = self._blocks(torch.stack([p.to(dtype) for p in params]), group)
+        G = self._blocks(torch.stack(directions), group)
+        D = self.direction(W, G, group, states)
+        lr = group["lr"]
+        X = W.mul(1 - lr * group["weight_decay"]).add_(D, alpha=-(lr * self.step_scale(params[0].shape, group)))
+        W_new = self.retract(X, group)
+        still = G.flatten(1).abs().amax(dim=1) == 0  # a zero direction leaves a constrained weight as it was
+        for p, w, keep in zip(params, W_new, still):
+            if not (keep and group["manifold"] is not None):
+                p.copy_(w.reshape(p.shape))
