@@ -60,14 +60,43 @@ def test_stale_metrics_are_refused(tmp_path):
     (out / "metrics.json").write_text(json.dumps({"inputs_sha": sha, "x": 1}))
     assert pipeline.load_run_metrics("msign_accuracy", "cpu", root)["x"] == 1
     with open(root / "runs" / "presets" / "msign_accuracy.yml", "a") as f:
-        f.write("\n# an edit\n")
+        f.write("\n# a comment changes nothing\n")
+    assert pipeline.load_run_metrics("msign_accuracy", "cpu", root)["x"] == 1
+    with open(root / "runs" / "presets" / "msign_accuracy.yml", "a") as f:
+        f.write("\nnew_scale: {shapes: [[4, 4]]}\n")
     with pytest.raises(RuntimeError, match="re-run it"):
         pipeline.load_run_metrics("msign_accuracy", "cpu", root)
     with pytest.raises(FileNotFoundError, match="make runs SCALE=gpu"):
         pipeline.load_run_metrics("msign_accuracy", "gpu", root)
 
 
-def test_repo_root_outside_a_checkout_says_what_to_do(tmp_path, monkeypatch):
-    monkeypatch.setattr(pipeline, "__file__", str(tmp_path / "x" / "y" / "pipeline.py"))
+def test_repo_root_outside_a_checkout_says_what_to_do(tmp_path):
     with pytest.raises(FileNotFoundError, match="run from inside the repository"):
         pipeline.repo_root(tmp_path)
+
+
+def _files(code):
+    return {p.relative_to(ROOT / "lib").as_posix() for p in pipeline.imported_sources(ROOT, code)}
+
+
+def test_a_page_depends_on_the_code_it_imports_and_nothing_else():
+    """A benchmark refactor must not make a chapter stale that never imports the benchmarks."""
+    stated = _files("from manifold_muon_book.stated import glue_value")
+    assert stated == {"manifold_muon_book/__init__.py", "manifold_muon_book/stated.py"}
+    library = _files("import numpy\nfrom manifold_muon import msign as ms")
+    assert "manifold_muon/msign.py" in library and "manifold_muon/optim/base.py" in library  # its __init__ imports all
+    assert not any(f.startswith(("manifold_muon_lab/", "manifold_muon_book/")) for f in library)
+    verdicts = _files("from manifold_muon_book.verdicts import show_verdict")
+    assert {"manifold_muon_book/claims.py", "manifold_muon_book/pipeline.py"} <= verdicts
+    assert not any("bench" in f for f in verdicts | library | stated)
+    lab = _files("from manifold_muon_lab.metrics import read_metrics")
+    assert "manifold_muon_lab/metrics.py" in lab and "manifold_muon/optim/base.py" in lab  # metrics imports manifold_muon
+
+
+def test_editing_a_benchmark_leaves_chapter_01_fresh(tmp_path):
+    page = ROOT / "chapters" / "01_muon_msign.md"
+    before = pipeline.page_inputs_sha(page, ROOT)
+    imported = pipeline.imported_sources(ROOT, pipeline._code_of(page))
+    assert ROOT / "lib" / "manifold_muon_book" / "bench" / "common.py" not in imported
+    assert ROOT / "lib" / "manifold_muon" / "msign.py" in imported
+    assert pipeline.page_inputs_sha(page, ROOT) == before
