@@ -20,7 +20,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from manifold_muon_book.stated import magnitude, stated, stated_table
+from manifold_muon_book.stated import above_rounding, magnitude, stated, stated_table
 
 ROOT = Path(__file__).resolve().parents[1]
 PAGES = sorted((ROOT / "chapters").glob("*.md")) + [ROOT / "book" / "claims.md"]
@@ -69,6 +69,8 @@ def test_stated_table_formats_each_column_and_keeps_integers():
                                    "name": ["a", "b"]}
     with pytest.raises(KeyError, match="columns"):
         stated_table(df, {"missing": ".3f"})
+    shown = stated_table(df, {"tiny": above_rounding(1e-12), "err": above_rounding(0.1, ".2f")})
+    assert shown["tiny"].tolist() == ["< 1e-12", "< 1e-12"] and shown["err"].tolist() == ["< 1e-1", "1.50"]
 
 
 # ----------------------------------------------------------------------------- the pages
@@ -94,8 +96,9 @@ def _glued(nb: dict) -> dict:
 
 
 def _significant_digits(token: str) -> int:
+    """Digits a float repr carries: 0.14324464978553286 -> 17, 35200000000000.0 -> 3, 1.5e-07 -> 2."""
     mantissa = re.split(r"[eE]", token.lstrip("+-"))[0]
-    return len(mantissa.replace(".", "").lstrip("0"))
+    return len(mantissa.replace(".", "").strip("0"))
 
 
 def _long_floats(text: str) -> list[str]:

@@ -11,7 +11,8 @@ chapter never glues or tabulates a raw float:
   (rounding amplified by an iteration, anything seed-chaotic); the chapter asserts the bound its
   prose states and says why only the order of magnitude is shown;
 * ``stated_table(df, formats)`` turns a DataFrame into the strings a reader sees, one format per
-  column;
+  column; ``above_rounding(floor)`` is the format of a column whose small entries are rounding noise
+  (shown as the bound "< floor", whose digits would differ from CPU to CPU);
 * ``reproducible(seed)`` pins threads and seeds every generator at the top of a notebook, so a second
   execution on the same machine stores identical outputs.
 
@@ -25,7 +26,7 @@ import numbers
 import random
 import re
 
-__all__ = ["glue_value", "glue_magnitude", "stated", "magnitude", "stated_table", "reproducible"]
+__all__ = ["glue_value", "glue_magnitude", "stated", "magnitude", "stated_table", "above_rounding", "reproducible"]
 
 
 def _check_fmt(fmt: str) -> None:
@@ -74,29 +75,38 @@ def _glue(name: str, x, fmt: str) -> None:
 GLUE_PREFIX = "application/papermill.record/"
 
 
-def glue_value(name: str, value, fmt: str):
-    """Glue ``value`` (not displayed) at the precision of ``fmt``; returns the stored number.
-
-    Write the sentence with the same spec: ``{glue:text}`name:fmt```.
-    """
-    x = stated(value, fmt)
-    _glue(name, x, fmt)
-    return x
+def glue_value(name: str, value, fmt: str) -> None:
+    """Glue ``value`` (not displayed) at the precision of ``fmt``. Write the sentence with the same spec:
+    ``{glue:text}`name:fmt```. (It returns nothing, so it adds no output as a cell's last line.)"""
+    _glue(name, stated(value, fmt), fmt)
 
 
-def glue_magnitude(name: str, value):
-    """Glue only the order of magnitude of an unstable quantity; show it with ``{glue:text}`name:.0e```."""
-    x = magnitude(value)
-    _glue(name, x, ".0e")
-    return x
+def glue_magnitude(name: str, value) -> None:
+    """Glue only the order of magnitude of an unstable quantity; show it with ``{glue:text}`name:.0e```.
+
+    A quantity near a power of ten can change decade between CPUs: state an asserted bound instead."""
+    _glue(name, magnitude(value), ".0e")
 
 
-def _cell(value, fmt: str | None) -> str:
+def above_rounding(floor: float, fmt: str = ".1e"):
+    """A ``stated_table`` format: values below ``floor`` are rounding noise and shown as "< floor"; the others at ``fmt``."""
+    _check_fmt(fmt)
+    bound = "< " + format(floor, ".0e").replace("e-0", "e-").replace("e+0", "e+")
+
+    def show(value) -> str:
+        return format(float(value), fmt) if abs(float(value)) >= floor else bound
+
+    return show
+
+
+def _cell(value, fmt) -> str:
     """One cell as shown: ``fmt`` None means the column has no format of its own (integers stay integers)."""
     if value is None:
         return ""
     if isinstance(value, (str, bool)):
         return str(value)
+    if callable(fmt):
+        return fmt(value)
     if fmt == "magnitude":
         return format(magnitude(value), ".0e")
     if isinstance(value, numbers.Integral) and (fmt is None or fmt.endswith("d")):
@@ -109,7 +119,8 @@ def _cell(value, fmt: str | None) -> str:
 def stated_table(df, formats: dict | None = None, default: str = ".3g", index: bool = False):
     """A copy of ``df`` whose cells are the strings a reader sees.
 
-    ``formats`` maps a column to a format spec (or ``"magnitude"``); other float columns use
+    ``formats`` maps a column to a format spec, ``"magnitude"`` or a function of the value (such as
+    ``above_rounding(1e-12)``); other float columns use
     ``default``; strings, booleans and integer columns are shown as they are. ``index=True`` keeps the
     index (shown as it is: give tables a string or integer index), else it is dropped.
     """
@@ -121,7 +132,7 @@ def stated_table(df, formats: dict | None = None, default: str = ".3g", index: b
         raise KeyError(f"formats name columns that the table does not have: {sorted(map(str, unknown))}; "
                        f"its columns are {list(map(str, df.columns))}")
     for fmt in formats.values():
-        if fmt != "magnitude":
+        if fmt != "magnitude" and not callable(fmt):
             _check_fmt(fmt)
     out = pd.DataFrame({c: [_cell(v, formats.get(c, None) or _default_for(df[c], default)) for v in df[c]]
                         for c in df.columns})
