@@ -25,6 +25,8 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from ._checks import check_matrix
+
 __all__ = ["JORDAN_COEFFS", "METHODS", "MsignSpec", "DEFAULT", "msign", "msign_svd", "msign_newton_schulz",
            "msign_polar_express", "polar_express_coefficients", "quintic", "singular_value_error"]
 
@@ -62,13 +64,7 @@ def quintic(x, a: float, b: float, c: float):
 
 
 def _check_matrix(G: torch.Tensor) -> None:
-    if not isinstance(G, torch.Tensor):
-        raise TypeError(f"msign takes a torch.Tensor, got {type(G).__name__}")
-    if G.ndim < 2:
-        raise ValueError(
-            f"msign needs a matrix or a batch of matrices (ndim >= 2), got shape {tuple(G.shape)}; "
-            "reshape a vector to (n, 1) if you mean a one-column matrix"
-        )
+    check_matrix(G, "msign", "reshape a vector to (n, 1) if you mean a one-column matrix")
 
 
 def msign_svd(G: torch.Tensor, rtol: float | None = None) -> torch.Tensor:

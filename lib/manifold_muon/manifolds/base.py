@@ -23,6 +23,8 @@ import abc
 
 import torch
 
+from .._checks import check_matrix as _check
+
 __all__ = ["Manifold", "register", "get_manifold", "available_manifolds", "check_matrix"]
 
 _REGISTRY: dict[str, type["Manifold"]] = {}
@@ -30,13 +32,7 @@ _REGISTRY: dict[str, type["Manifold"]] = {}
 
 def check_matrix(W: torch.Tensor, who: str) -> None:
     """Refuse what is not a (batch of) matrices, with a sentence that says what to do."""
-    if not isinstance(W, torch.Tensor):
-        raise TypeError(f"{who} takes a torch.Tensor, got {type(W).__name__}")
-    if W.ndim < 2:
-        raise ValueError(
-            f"{who} constrains matrices, got a tensor of shape {tuple(W.shape)}; "
-            "give 1-D parameters (biases, gains) to AdamW instead of a matrix manifold"
-        )
+    _check(W, who, "give 1-D parameters (biases, gains) to AdamW instead of a matrix manifold")
 
 
 class Manifold(abc.ABC):
