@@ -8,7 +8,7 @@ SCALE ?= cpu
 export PATH := $(CURDIR)/$(BIN):$(PATH)
 export PYTHONHASHSEED := 0
 
-.PHONY: help install book chapters runs reproduce test test-wheel test-pages-native test-pages-portable bench clean
+.PHONY: help install book html chapters runs reproduce test test-wheel test-pages-native test-pages-portable test-browser test-workflow browser bench clean
 
 help:  ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed -E 's/:.*## /\t/'
@@ -21,7 +21,18 @@ $(VENV)/.installed: requirements.txt requirements.lock pyproject.toml lib/pyproj
 	$(PY) -m ipykernel install --sys-prefix --name python3 --display-name "Python 3 (manifold-muon)" >/dev/null
 	touch $@
 
-install: $(VENV)/.installed  ## create .venv with the pinned dependencies and the three packages of lib/ in editable mode
+# The book's static assets: MathJax from the npm package pinned in package-lock.json, copied into the book's
+# own _static (SVG output: no web fonts), so that no page loads a script, font or stylesheet from another host.
+MATHJAX := book/_static/mathjax
+$(MATHJAX)/tex-svg-full.js: package.json package-lock.json
+	npm ci --ignore-scripts --no-audit --no-fund --loglevel=error
+	rm -rf $(MATHJAX) && mkdir -p $(MATHJAX)
+	cp -r node_modules/mathjax/LICENSE node_modules/mathjax/es5/tex-svg-full.js node_modules/mathjax/es5/a11y \
+		node_modules/mathjax/es5/adaptors node_modules/mathjax/es5/input node_modules/mathjax/es5/output \
+		node_modules/mathjax/es5/sre node_modules/mathjax/es5/ui $(MATHJAX)/
+	touch $@
+
+install: $(VENV)/.installed $(MATHJAX)/tex-svg-full.js  ## create .venv with the pinned dependencies and the three packages of lib/ in editable mode; copy MathJax into book/_static
 
 runs: install  ## execute the run notebooks whose outputs are missing or stale (SCALE=cpu)
 	$(PY) -m manifold_muon_book.pipeline runs --scale $(SCALE)
@@ -30,6 +41,9 @@ chapters: install  ## sync .md -> .ipynb and execute the chapters that are stale
 	$(PY) -m manifold_muon_book.pipeline chapters
 
 book: runs chapters  ## build the HTML book offline (warnings are errors)
+	$(MAKE) --no-print-directory html
+
+html: install  ## build the HTML from the stored notebooks only, executing nothing (what make test and CI publish)
 	$(BIN)/jupyter-book build . --warningiserror --keep-going --quiet
 	@echo "Open the book: file://$(CURDIR)/_build/html/index.html"
 
@@ -44,12 +58,13 @@ NBVAL = $(PY) -m pytest --nbval chapters/*.ipynb book/claims.ipynb -p manifold_m
 # other code paths, as another CPU would. The stored outputs must pass under both.
 PORTABLE_ENV = MKL_CBWR=COMPATIBLE ATEN_CPU_CAPABILITY=default
 
-test: install  ## lib tests, the wheel, nbval on the pages (two numerics personalities), smoke runs, quick benchmarks
+test: install browser  ## lib tests, the wheel, nbval on the pages (two numerics personalities), smoke runs, quick benchmarks, the book in a browser
 	$(PY) -m pytest tests
 	$(MAKE) --no-print-directory test-wheel
 	$(MAKE) --no-print-directory -j2 --output-sync=target test-pages-native test-pages-portable
 	$(PY) -m manifold_muon_book.pipeline smoke
 	$(PY) -m manifold_muon_book.bench --quick --out runs/_smoke/bench
+	$(MAKE) --no-print-directory test-workflow test-browser
 
 WHEEL_DIR := build/wheel
 test-wheel: install  ## build the optimizer library's wheel, install it alone in a fresh virtualenv, run its README example
@@ -66,9 +81,24 @@ test-pages-native: install  ## nbval on every page, as this CPU computes
 test-pages-portable: install  ## nbval on every page under the second numerics personality
 	$(PORTABLE_ENV) $(NBVAL)
 
+# The browser test: Debian's chromium (installed with apt-get when missing; never a browser download at run
+# time) opens every page of the built book from file://, refusing every request to another host.
+SUDO := $(if $(filter 0,$(shell id -u)),,sudo)
+browser:  ## install Debian's chromium for the browser test if it is missing
+	@command -v chromium >/dev/null 2>&1 || { $(SUDO) apt-get update -qq && \
+		DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq --no-install-recommends chromium >/dev/null; }
+
+test-browser: install browser  ## build the HTML book, then open every page in headless Chromium offline (screenshots: build/browser/)
+	$(MAKE) --no-print-directory html
+	$(PY) -m manifold_muon_book.browser_check _build/html --out build/browser
+
+test-workflow: install  ## check the GitHub Actions workflows and CITATION.cff against their schemas (offline)
+	$(BIN)/check-jsonschema --builtin-schema vendor.github-workflows .github/workflows/*.yml
+	$(BIN)/check-jsonschema --builtin-schema vendor.citation-file-format CITATION.cff
+
 bench: install  ## micro-benchmarks, written under runs/bench/
 	$(PY) -m manifold_muon_book.bench
 
 clean:  ## remove the build, caches and the virtual environment
-	rm -rf _build build .pytest_cache .hypothesis runs/_smoke $(VENV)
+	rm -rf _build build .pytest_cache .hypothesis runs/_smoke $(VENV) node_modules $(MATHJAX)
 	find . -name __pycache__ -prune -exec rm -rf {} +

@@ -1,16 +1,45 @@
 """How a chapter quotes a claim and states its verdict, kept consistent with ``book/claims.yml``.
 
-``show_claim(id)`` renders the ledger's sentence for a claim; ``show_verdict(id, verdict, reason)``
-renders the verdict a chapter computed and fails if the ledger records another status, so the
-ledger and the chapters cannot drift apart (nbval re-executes every chapter in `make test`).
+``show_claim(id)`` renders the ledger's sentence for a claim as a quotation; ``show_verdict(id, verdict,
+reason)`` renders the verdict a chapter computed as an admonition and fails if the ledger records another
+status, so the ledger and the chapters cannot drift apart (nbval re-executes every chapter in `make test`).
+
+Both render MyST markdown, and the text they are given is prose, not markup: everything is shown as
+written (``||J||_F``, ``z_(2)``, ``a * b`` keep their underscores and stars) except four kinds of markup
+that pass through, so that a reason reads like the chapter around it:
+
+* inline math ``$...$`` and display math ``$$...$$``;
+* code spans in backticks;
+* MyST roles, above all glued numbers: ``{glue:text}`name:.3f``` shows the number a cell glued with
+  ``glue_value(name, x, ".3f")`` (write the reason as a plain or raw string, not an f-string, so that
+  no number is formatted twice).
+
+Each verdict admonition carries the HTML anchor ``verdict-<id>`` (lower case), which the claims page
+links to; its class names the status, which the book's stylesheet colours.
 """
 
 from __future__ import annotations
 
+import re
+
 from .claims import STATUSES, load_ledger, source_of
 from .pipeline import repo_root
 
-__all__ = ["claim", "show_claim", "show_verdict"]
+__all__ = ["claim", "show_claim", "show_verdict", "escape_prose", "verdict_anchor", "verdict_markdown"]
+
+# What passes through unescaped: display math, inline math, a MyST role with its argument, a code span.
+_MARKUP = re.compile(r"\$\$.+?\$\$|\$[^$\n]+?\$|\{[a-zA-Z][\w:-]*\}`[^`]+`|`[^`]+`", re.DOTALL)
+_PUNCTUATION = re.compile(r"""([!"#$%&'()*+,\-./:;<=>?@\[\\\]^_`{|}~])""")
+
+# The admonition style a status gets (the theme colours these), besides the class naming the status.
+_STYLE = {
+    "confirmed": "tip",
+    "confirmed at small scale": "tip",
+    "partly": "warning",
+    "not confirmed": "danger",
+    "not testable here": "note",
+    "pending": "note",
+}
 
 
 def _ledger() -> dict:
@@ -24,6 +53,34 @@ def claim(claim_id: str) -> dict:
     return claims[claim_id]
 
 
+def escape_prose(text: str) -> str:
+    """``text`` as MyST markdown that shows it as written, except math, code spans and roles (see above).
+
+    Whitespace runs (newlines included) become one space, so the result is one paragraph."""
+    text = " ".join(str(text).split())
+    out, end = [], 0
+    for match in _MARKUP.finditer(text):
+        out.append(_PUNCTUATION.sub(r"\\\1", text[end:match.start()]))
+        out.append(match.group(0))
+        end = match.end()
+    out.append(_PUNCTUATION.sub(r"\\\1", text[end:]))
+    return "".join(out)
+
+
+def verdict_anchor(claim_id: str) -> str:
+    """The HTML id of a claim's verdict admonition: ``verdict-b-sj-05`` for B-SJ-05."""
+    return "verdict-" + re.sub(r"[^a-z0-9]+", "-", claim_id.lower()).strip("-")
+
+
+def verdict_markdown(claim_id: str, verdict: str, reason: str) -> str:
+    """The MyST admonition ``show_verdict`` displays (no ledger check: that is ``show_verdict``'s job)."""
+    status_class = "verdict-" + verdict.replace(" ", "-")
+    return (f":::{{admonition}} Verdict on {claim_id}: {verdict}\n"
+            f":class: {_STYLE[verdict]} verdict {status_class}\n"
+            f":name: {verdict_anchor(claim_id)}\n\n"
+            f"{escape_prose(reason)}\n:::")
+
+
 def _markdown(text: str):
     from IPython.display import Markdown, display
 
@@ -31,15 +88,20 @@ def _markdown(text: str):
 
 
 def show_claim(claim_id: str) -> None:
-    """Render the ledger's sentence for ``claim_id`` as a quotation."""
+    """Render the ledger's sentence for ``claim_id`` as a quotation (shown as written: see the module doc)."""
     ledger = _ledger()
     c = next((c for c in ledger["claims"] if c["id"] == claim_id), None)
     if c is None:
         raise KeyError(f"no claim {claim_id!r} in book/claims.yml; add it there first")
-    _markdown(f"> **Claim {c['id']}** ({source_of(c, ledger)['kind']}, *{c['section']}*): {c['claim']}")
+    _markdown(f"> **Claim {c['id']}** ({source_of(c, ledger)['kind']}, *{escape_prose(c['section'])}*): "
+              f"{escape_prose(c['claim'])}")
 
 
 def show_verdict(claim_id: str, verdict: str, reason: str) -> None:
+    """Render the verdict on ``claim_id`` as an admonition; fail unless the ledger records ``verdict``.
+
+    ``reason`` is prose: it is shown as written, except ``$math$``, code spans and roles such as
+    ``{glue:text}`name:fmt``` (see the module doc)."""
     if verdict not in STATUSES:
         raise ValueError(f"verdict {verdict!r} is not one of {', '.join(STATUSES)}")
     c = claim(claim_id)
@@ -48,4 +110,4 @@ def show_verdict(claim_id: str, verdict: str, reason: str) -> None:
             f"this chapter's check gives {verdict!r} for {claim_id}, but book/claims.yml says "
             f"{c['status']!r}: update the ledger (status and chapter) or the check"
         )
-    _markdown(f":::{{admonition}} Verdict on {claim_id}: {verdict}\n:class: note\n\n{reason}\n:::")
+    _markdown(verdict_markdown(claim_id, verdict, reason))

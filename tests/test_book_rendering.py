@@ -1,0 +1,92 @@
+"""How verdicts, claims, captioned tables and the claims page render (manifold_muon_book.verdicts, tables,
+claims_page): prose is shown as written, markup (math, code, roles) passes through, the ledger decides."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pandas as pd
+import pytest
+import yaml
+from markdown_it import MarkdownIt
+from mdit_py_plugins.dollarmath import dollarmath_plugin
+
+from manifold_muon_book.claims import STATUSES, load_ledger
+from manifold_muon_book.claims_page import claims_table_html, notebook_links, status_by_source, verdict_anchors
+from manifold_muon_book.tables import table_markdown
+from manifold_muon_book.verdicts import escape_prose, verdict_anchor, verdict_markdown
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _render(text: str) -> str:
+    return MarkdownIt("commonmark").use(dollarmath_plugin).render(text)
+
+
+@pytest.mark.parametrize("prose", [
+    "||J||_F -> 1/2 while z_(1) - z_(2) > 0",
+    "a * b * c and __init__ and <script>x</script>",
+    "[not a link](http://x) # not a heading",
+    "100% of 5,000 cases: {x} ~ y^2 | z",
+])
+def test_prose_is_shown_as_written(prose):
+    html = _render(escape_prose(prose))
+    text = re.sub(r"<[^>]+>", "", html).strip()
+    unescaped = text.replace("&lt;", "<").replace("&gt;", ">").replace("&amp;", "&").replace("&quot;", '"')
+    assert unescaped == prose
+    assert "<em>" not in html and "<strong>" not in html and "<a " not in html and "<h1>" not in html
+
+
+def test_math_code_and_roles_pass_through():
+    md = escape_prose(r"holds on {glue:text}`n_random:d` cases, $\|J\|_F \le 1/2$, see `make html`; a_b")
+    assert r"{glue:text}`n_random:d`" in md and r"$\|J\|_F \le 1/2$" in md and "`make html`" in md
+    assert md.endswith(r"a\_b")
+
+
+def test_verdict_admonition_names_status_and_anchor():
+    md = verdict_markdown("B-SJ-06", "not confirmed", "False: z_(1)")
+    assert md.startswith(":::{admonition} Verdict on B-SJ-06: not confirmed\n")
+    assert ":name: verdict-b-sj-06" in md and "verdict-not-confirmed" in md and r"z\_\(1\)" in md
+    assert verdict_anchor("P-FSO-03") == "verdict-p-fso-03"
+
+
+def test_table_markdown_is_a_numbered_list_table_at_stated_precision():
+    df = pd.DataFrame({r"$\|J\|_F$": [0.123456, 2.0], "name": ["a_b", "-x|y"]})
+    md = table_markdown(df, "Caption with $x$.", "tab-test", {r"$\|J\|_F$": ".3f"})
+    assert md.splitlines()[:3] == [":::{list-table} Caption with $x$.", ":header-rows: 1", ":name: tab-test"]
+    assert r"* - $\|J\|_F$" in md and r"* - 0\.123" in md and r"  - a\_b" in md and r"  - \-x\|y" in md
+    with pytest.raises(ValueError, match="label"):
+        table_markdown(df, "c", "has space")
+
+
+def test_status_counts_per_source_add_up():
+    ledger = load_ledger(ROOT / "book" / "claims.yml")
+    table = status_by_source(ledger)
+    assert list(table.index) == list(STATUSES) + ["all claims"]
+    assert table.loc["all claims", "all"] == len(ledger["claims"])
+    for kind in (s["kind"] for s in ledger["sources"].values()):
+        assert table.loc["all claims", kind] == table.loc[list(STATUSES), kind].sum()
+
+
+def test_claims_table_names_titles_and_links_to_existing_verdicts():
+    ledger = load_ledger(ROOT / "book" / "claims.yml")
+    html = claims_table_html(ledger, notebook_links(ROOT))
+    assert html.count("<tr data-source=") == len(ledger["claims"])
+    for source in ledger["sources"].values():
+        assert f'data-source="{source["title"]}"' in html or source["title"].replace("&", "&amp;") in html
+    assert ".md" not in re.sub(r"<details>.*?</details>", "", html)   # chapters by title, not by file name
+    for href in re.findall(r'href="([^"]+)"', html):
+        page, _, anchor = href.partition("#")
+        chapter = page.removeprefix("../").removesuffix(".html") + ".md"
+        assert (ROOT / chapter).exists(), href
+        if anchor:
+            assert anchor in verdict_anchors(ROOT, chapter)
+
+
+def test_every_run_preset_file_has_the_scales_the_readme_names():
+    """`make test` runs `smoke`, the book shows `cpu`, and `make reproduce SCALE=gpu` runs `gpu` on a GPU box."""
+    for path in sorted((ROOT / "runs" / "presets").glob("*.yml")):
+        scales = set(yaml.safe_load(path.read_text()))
+        missing = {"smoke", "cpu", "gpu"} - scales
+        assert not missing, f"{path.relative_to(ROOT)} has no scale(s) {sorted(missing)}"
