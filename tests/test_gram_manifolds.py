@@ -139,3 +139,39 @@ def test_bad_retraction_option_is_refused():
         DGram(retraction="qr")
     with pytest.raises(ValueError, match="polar_express"):
         Stiefel(msign="cholesky")
+
+
+# ---------------------------------------------------------------- the retraction from X^T X alone
+
+
+@pytest.mark.parametrize("name", NAMES)
+@given(shape=shapes, dtype=st.sampled_from([torch.float32, torch.float64, torch.bfloat16]), seed=seeds)
+def test_retraction_via_gram_lands_on_manifold_and_equals_retract(name, shape, dtype, seed):
+    """X T(X^T X) (what ManifoldMuon's fused step applies) lands on the manifold, equals ``retract`` where X
+    has full rank, and is the identity on the manifold; bf16 inputs are retracted in float32."""
+    M, W, Z = point_and_noise(name, shape, torch.float64, seed)
+    X = (W + 0.3 * Z).to(dtype)
+    R = M.retract_via_gram(X)
+    tol = TOL[torch.float64 if dtype == torch.float64 else torch.float32]
+    assert R.shape == X.shape and R.dtype == dtype
+    rounding = 0 if dtype != torch.bfloat16 else 2**-8 * (1 + R.double().abs().max().item())
+    assert M.residual(R.float() if dtype == torch.bfloat16 else R).item() <= tol * (1 + X.double().norm().item() ** 2) + 8 * rounding * max(shape)
+    assert (R.double() - M.retract(X).double()).abs().max().item() <= 100 * tol * (1 + X.double().abs().max().item()) + 2 * rounding
+    W = W.to(dtype)
+    assert (M.retract_via_gram(W).double() - W.double()).abs().max().item() <= (
+        1e-4 if dtype != torch.float64 else 1e-9) * (1 + W.double().abs().max().item()) + 2 * rounding
+
+
+@pytest.mark.parametrize("name", NAMES)
+@pytest.mark.parametrize("shape", [(9, 4), (4, 9), (5, 5)])
+def test_retraction_via_gram_is_first_order(name, shape):
+    M, W, G = point_and_noise(name, shape, torch.float64, 1)
+    A = M.project(W, G)
+    defect = [(M.retract_via_gram(W + t * A) - (W + t * A)).norm().item() for t in (1e-2, 1e-3)]
+    assert defect[1] <= defect[0] / 50
+
+
+def test_post_dgram_map_via_gram_is_the_svd_one():
+    M = DGram(retraction="svd_post")
+    X = torch.randn(7, 3, generator=torch.Generator().manual_seed(0), dtype=torch.float64)
+    assert torch.allclose(M.retract_via_gram(X), M.retract(X), atol=1e-12)

@@ -202,7 +202,8 @@ def _accepted(cls) -> set:
 
 def build_optimizers(model: torch.nn.Module, assignment, lr: float = 0.02, adamw_lr: float | None = None,
                      roles: dict | None = None, split_qkv: bool = False, adamw: dict | None = None,
-                     manifold_args: dict | None = None, **overrides) -> list[torch.optim.Optimizer]:
+                     manifold_args: dict | None = None, inner: str | None = None,
+                     **overrides) -> list[torch.optim.Optimizer]:
     """[one optimizer per matrix-optimizer kind used (a param group per manifold and options), AdamW].
 
     ``lr`` goes to every matrix optimizer; ``overrides`` go to each matrix optimizer that accepts them
@@ -212,7 +213,16 @@ def build_optimizers(model: torch.nn.Module, assignment, lr: float = 0.02, adamw
     assignment (the post's use nanoGPT's, the paper's its App. D values). AdamW's weight decay applies to
     2-D parameters (embeddings, head) only, as in nanoGPT. Call ``retract_parameters(optimizers)`` once to
     put the weights on their manifolds.
+
+    ``inner`` picks Manifold Muon's inner solver wherever the assignment uses it and is ignored where it
+    does not (so one setting trains all five of the post's assignments): None or "gram_admm" (the
+    library's default, a certified Gram-space solve), "post" (the post's recipe, ``POST_RECIPE``: 20 cold
+    dual-ascent steps, alpha 0.1 linearly decayed, Newton-Schulz msign, raw momentum), "dual_ascent"
+    (the same on unit-RMS G with the package's msign) or "admm".
     """
+    if inner is not None:
+        overrides = {**overrides, "inner": inner} if any(
+            r["optimizer"] == "manifold_muon" for r in plan(model, assignment, roles, split_qkv)) else overrides
     a = _assignment(assignment)
     rows = plan(model, a, roles, split_qkv)
     used = {OPTIMIZERS[r["optimizer"]] for r in rows if r["optimizer"] != "adamw"}

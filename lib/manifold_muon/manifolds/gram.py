@@ -45,6 +45,17 @@ def off(S: torch.Tensor) -> torch.Tensor:
     return S - diag_part(S)
 
 
+def _sym(S: torch.Tensor) -> torch.Tensor:
+    return 0.5 * (S + S.mT)
+
+
+def _eigh_roots(S: torch.Tensor):
+    """(V, s) with S = V diag(s^2) V^T, in float64; s is NaN where S is singular (s^2 <= 0 after rounding),
+    so that a factor built from 1/s is not finite and the caller falls back."""
+    lam, V = torch.linalg.eigh(S.to(torch.float64))
+    return V, torch.where(lam > 0, lam.clamp_min(0).sqrt(), float("nan"))
+
+
 def gram_multiplier(W: torch.Tensor, S: torch.Tensor, P) -> torch.Tensor:
     """Lambda = P(Lambda) solving P(M Lambda + Lambda M) = P(S), M = W^T W, for tall W (see module doc).
 
@@ -135,6 +146,35 @@ class GramManifold(Manifold):
     @abc.abstractmethod
     def _retract_tall(self, X: torch.Tensor) -> torch.Tensor: ...
 
+    @abc.abstractmethod
+    def retraction_factor(self, S: torch.Tensor) -> torch.Tensor:
+        """T with retract(X) = X T for a tall X, from S = X^T X alone (n x n; eigh in float64): the
+        retraction without touching X, so that an optimizer that knows X^T X in n x n (``ManifoldMuon``'s
+        Gram-space solve) retracts in its one final product. The same map as ``retract`` where X has full
+        column rank. Forming S squares X's condition number: use ``checked_factor``, which says when the
+        result would not be on the manifold to rounding."""
+
+    def checked_factor(self, S: torch.Tensor) -> torch.Tensor | None:
+        """``retraction_factor(S)``, or None where X T would be off the manifold by more than rounding
+        (||P(T^T S T - C)||_F > 64 eps (1 + tr S), eps of S's dtype): then retract X itself."""
+        T = self.retraction_factor(S)
+        if not bool(torch.isfinite(T).all()):
+            return None
+        T64, S64 = T.to(torch.float64), S.to(torch.float64)
+        n = S.size(-1)
+        off = self.gram_projector(T64.mT @ S64 @ T64 - self.target(n, torch.float64, S.device))
+        trace = torch.diagonal(S64, dim1=-2, dim2=-1).sum(-1)
+        ok = torch.linalg.matrix_norm(off) <= 64 * torch.finfo(S.dtype).eps * (1 + trace)
+        return T if bool(ok.all()) else None
+
+    @_tall(returns_matrix=True)
+    def retract_via_gram(self, X):
+        """retract(X) as X T(X^T X) (``retraction_factor``): one Gram product, one n x n eigh, one product;
+        ``retract`` where that would not land on the manifold to rounding (``checked_factor``)."""
+        Xc = X.to(_compute_dtype(X))
+        T = self.checked_factor(_sym(Xc.mT @ Xc))
+        return (self._retract_tall(Xc) if T is None else Xc @ T).to(X.dtype)
+
     @_tall(returns_matrix=False)
     def residual(self, W):
         W = W.to(torch.float64)
@@ -183,6 +223,11 @@ class Stiefel(GramManifold):
     def _retract_tall(self, X):
         return polar(X, self.msign, self.ns_steps)
 
+    def retraction_factor(self, S):
+        """polar(X) = X S^{-1/2}. (For X = W - lr A with A tangent, S = I + lr^2 A^T A.)"""
+        V, s = _eigh_roots(S)
+        return ((V / s.unsqueeze(-2)) @ V.mT).to(S.dtype)
+
 
 @register
 class DGram(GramManifold):
@@ -225,6 +270,16 @@ class DGram(GramManifold):
         Q = polar(X, self.msign, self.ns_steps)
         return Q * (Q * X).sum(dim=-2, keepdim=True)
 
+    def retraction_factor(self, S):
+        """msign: Q = X S^{-1/2} and diag(Q^T X) = diag(S^{1/2}), so T = S^{-1/2} diag(diag(S^{1/2})).
+        svd_post: U V^T = X S^{-1/2} and Sigma = the singular values, largest first: T = S^{-1/2} diag(Sigma)."""
+        V, s = _eigh_roots(S)
+        inv = (V / s.unsqueeze(-2)) @ V.mT
+        if self.retraction == "svd_post":
+            return (inv * s.flip(-1).unsqueeze(-2)).to(S.dtype)
+        half = ((V * s.unsqueeze(-2)) * V).sum(-1)  # diag(S^{1/2})
+        return (inv * half.unsqueeze(-2)).to(S.dtype)
+
     def _random_tall(self, Z, generator):
         scales = 0.5 + 1.5 * torch.rand(*Z.shape[:-2], 1, Z.size(-1), generator=generator, dtype=Z.dtype)
         return polar(Z, "svd") * scales
@@ -252,6 +307,11 @@ class GramOblique(GramManifold):
         e1 = torch.zeros_like(X)
         e1[..., 0, :] = 1
         return torch.where(norms > 0, X / torch.where(norms > 0, norms, 1), e1)
+
+    def retraction_factor(self, S):
+        """X / column norms: T = diag(S)^{-1/2} (NaN for a zero column, which ``retract`` sends to e_1)."""
+        d = torch.diagonal(S, dim1=-2, dim2=-1)
+        return torch.diag_embed(torch.where(d > 0, d.rsqrt(), float("nan")))
 
     def _random_tall(self, Z, generator):
         return Z / Z.norm(dim=-2, keepdim=True)

@@ -76,6 +76,14 @@ class MatrixOptimizer(torch.optim.Optimizer):
     def check_group(self, group: dict) -> None:
         """Refuse a subclass's own bad settings (raise ValueError with what to do instead)."""
 
+    def update(self, W: torch.Tensor, G: torch.Tensor, group: dict, states: list[dict], shape) -> torch.Tensor:
+        """The new weights retract((1 - lr * weight_decay) W - lr * step_scale * D), D = direction(W, G).
+        A subclass that can fuse the direction and the retraction (``ManifoldMuon``) overrides this."""
+        D = self.direction(W, G, group, states)
+        lr = group["lr"]
+        X = W.mul(1 - lr * group["weight_decay"]).add_(D, alpha=-(lr * self.step_scale(shape, group)))
+        return self.retract(X, group)
+
     # ------------------------------------------------------------------ the shared machinery
 
     def msign_fn(self, group: dict):
@@ -215,10 +223,7 @@ class MatrixOptimizer(torch.optim.Optimizer):
             directions.append(grad.lerp(buf, momentum) if group["nesterov"] else buf)
         W = self._blocks(torch.stack([p.to(dtype) for p in params]), group)
         G = self._blocks(torch.stack(directions), group)
-        D = self.direction(W, G, group, states)
-        lr = group["lr"]
-        X = W.mul(1 - lr * group["weight_decay"]).add_(D, alpha=-(lr * self.step_scale(params[0].shape, group)))
-        W_new = self.retract(X, group)
+        W_new = self.update(W, G, group, states, params[0].shape)
         still = G.flatten(1).abs().amax(dim=1) == 0  # a zero direction leaves a constrained weight as it was
         for p, w, keep in zip(params, W_new, still):
             if not (keep and group["manifold"] is not None):

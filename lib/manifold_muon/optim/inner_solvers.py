@@ -17,22 +17,26 @@ Lambda <- Lambda - alpha_t H. Both solvers below work on that dual.
 Conventions shared by the solvers:
 * W, G are (batches of) matrices; a wide W is handled by transposing both (the transposition rule),
   and Lambda is then n x n with n = min(m, n).
-* G is rescaled to unit RMS first: A* does not change under G -> c G (c > 0), and it makes alpha and
-  rho mean the same thing for any gradient scale (the post tuned alpha = 0.1 on Gaussian G, RMS 1).
-  A returned Lambda is in these rescaled units.
+* G is rescaled to unit RMS first (``normalize=True``): A* does not change under G -> c G (c > 0), and
+  it makes alpha and rho mean the same thing for any gradient scale (the post tuned alpha = 0.1 on
+  Gaussian G, RMS 1). A returned Lambda is in these rescaled units. This is a departure from the post,
+  which feeds the raw momentum (``normalize=False`` reproduces it; then alpha is in the units of G).
 * ``msign_fn`` computes msign; pass an SVD-based one for reference solutions.
 """
 
 from __future__ import annotations
 
 import functools
+from dataclasses import dataclass
+from typing import Callable
 
 import torch
 
 from ..manifolds.gram import gram_multiplier
 from ..msign import msign
 
-__all__ = ["dual_ascent", "admm", "svt", "exact_solution", "tangent_init", "rms"]
+__all__ = ["dual_ascent", "admm", "svt", "exact_solution", "tangent_init", "rms", "GramPicture", "Span",
+           "gram_picture", "certificate", "admm_gram", "GramSolve", "gram_solve"]
 
 
 def rms(X: torch.Tensor) -> torch.Tensor:
@@ -40,10 +44,12 @@ def rms(X: torch.Tensor) -> torch.Tensor:
     return X.pow(2).mean(dim=(-2, -1)).sqrt()
 
 
-def _tall_unit(W, G):
+def _tall_unit(W, G, normalize=True):
     wide = W.size(-2) < W.size(-1)
     if wide:
         W, G = W.mT, G.mT
+    if not normalize:
+        return W, G, wide
     scale = rms(G).clamp_min(torch.finfo(G.dtype).tiny)[..., None, None]
     return W, G / scale, wide
 
@@ -55,14 +61,16 @@ def tangent_init(W, G, P):
     return -0.5 * gram_multiplier(W, W.mT @ G + G.mT @ W, P)
 
 
-def dual_ascent(W, G, P, steps=20, alpha=0.1, schedule="linear", tol=None, Lambda0=None, msign_fn=msign):
+def dual_ascent(W, G, P, steps=20, alpha=0.1, schedule="linear", tol=None, Lambda0=None, msign_fn=msign,
+                normalize=True):
     """Bernstein's dual ascent with Gram projector P. Returns (A, Lambda, history of ||H||_RMS).
 
     alpha_t = alpha (1 - t/T) ('linear', Bernstein's) or alpha ('constant'). A matrix whose ||H||_RMS
     drops below ``tol`` stops moving (its Lambda is frozen); the loop ends when all have.
-    Lambda0 defaults to ``tangent_init`` (so step 0 is msign of the projected gradient).
+    Lambda0 defaults to ``tangent_init`` (so step 0 is msign of the projected gradient; on Stiefel it is
+    Bernstein's -(W^T G + G^T W)/4). ``normalize=False`` feeds G as it is (the post's recipe).
     """
-    W, G, wide = _tall_unit(W, G)
+    W, G, wide = _tall_unit(W, G, normalize)
     Lambda = tangent_init(W, G, P) if Lambda0 is None else Lambda0.to(W.dtype)
     history = []
     for t in range(steps):
@@ -162,3 +170,245 @@ def exact_solution(W, G, P, steps=3000, rho=None, dtype=torch.float64):
             best, best_value = torch.where(better[..., None, None], A, best), torch.maximum(value, best_value)
     gap = torch.linalg.svdvals(Z).sum(-1) - best_value
     return (best.mT if wide else best), Lambda, gap
+
+
+# ====================================================================== the Gram-space solve (the default)
+#
+# Everything the dual needs lives in n x n. For a tall W on its manifold write
+#
+#     G = W K0 + C,   K0 = D^{-1} W^T G,   W^T C = 0,        D = W^T W,   R = C^T C,
+#
+# (K0: G's coordinates along the columns of W; C: the part of G normal to them). Every matrix the solvers
+# build is X = W a + C b for n x n coefficients (a, b), written Span(a, b): G = Span(K0, I),
+# G + 2 W Lambda = Span(K0 + 2 Lambda, I); sums stay in the span, and msign(X) = X (X^T X)^{-1/2} and
+# svt(X) = X phi(X^T X) multiply by an n x n factor on the right. Because W^T C = 0,
+#
+#     W^T X = D a,     X^T X = a^T D a + b^T R b,     <G, X> = <D K0, a> + <R, b>.
+#
+# So ADMM runs on the coefficients, one n x n eigh per iteration whatever m is; the m-dependent work is
+# the blocks D, W^T G, C, R before and one product W+ = W a' + C b' after. R is formed from C, not as
+# G^T G - K0^T D K0, so that X^T X is a sum of PSD terms (no cancellation of terms of size ||G||^2:
+# singular values of Z = G + 2 W Lambda down to ~sqrt(eps) ||Z|| survive in float32).
+# Proven here (and tested): these identities; weak duality, hence the certificate. Measured (the
+# benchmark ``inner_solvers``): how many iterations a given accuracy takes on realistic momenta.
+
+
+def _sym(S):
+    return 0.5 * (S + S.mT)
+
+
+@dataclass
+class GramPicture:
+    """A tall (W, G) seen in n x n: G = W K0 + C with W^T C = 0, D = W^T W, R = C^T C (see above)."""
+
+    W: torch.Tensor
+    C: torch.Tensor
+    D: torch.Tensor
+    K0: torch.Tensor
+    R: torch.Tensor
+    P: Callable
+
+    def eye(self):
+        return torch.eye(self.D.size(-1), dtype=self.D.dtype, device=self.D.device).expand_as(self.D)
+
+
+@dataclass
+class Span:
+    """X = W a + C b of a ``GramPicture``, by its n x n coefficients."""
+
+    a: torch.Tensor
+    b: torch.Tensor
+
+    def __add__(self, o):
+        return Span(self.a + o.a, self.b + o.b)
+
+    def __sub__(self, o):
+        return Span(self.a - o.a, self.b - o.b)
+
+    def __matmul__(self, T):
+        return Span(self.a @ T, self.b @ T)
+
+    def scale(self, c):
+        """c X for a per-matrix scalar c (shape of the batch)."""
+        return Span(self.a * c[..., None, None], self.b * c[..., None, None])
+
+    def where(self, mask, other):
+        m = mask[..., None, None]
+        return Span(torch.where(m, self.a, other.a), torch.where(m, self.b, other.b))
+
+    def matrix(self, pic: GramPicture):
+        """The m x n matrix W a + C b (the one m-dependent product)."""
+        return pic.W @ self.a.to(pic.W.dtype) + pic.C @ self.b.to(pic.C.dtype)
+
+
+def gram_picture(W, G, P, dtype=torch.float32) -> GramPicture:
+    """The blocks of a tall (W, G): products in W's precision, n x n blocks in ``dtype``.
+
+    K0 solves D K0 = W^T G by a float64 Cholesky factorisation (with a ridge of rounding size, so that a
+    rank-deficient W off its manifold still gives C normal to its range up to rounding). For a square W,
+    C = 0 exactly and is set so: its rounding noise, amplified by msign, would otherwise leak into A."""
+    D = _sym(W.mT @ W)
+    D64 = D.to(torch.float64)
+    ridge = torch.finfo(W.dtype).eps * D64.diagonal(dim1=-2, dim2=-1).amax(-1).clamp_min(1e-30)
+    L = torch.linalg.cholesky(D64 + ridge[..., None, None] * torch.eye(D.size(-1), dtype=D64.dtype, device=D.device))
+    K0 = torch.cholesky_solve((W.mT @ G).to(torch.float64), L)
+    C = G - W @ K0.to(W.dtype)
+    if W.size(-2) == W.size(-1):  # square: range(W) is everything, C = 0 exactly (what is left is rounding)
+        C = torch.zeros_like(C)
+    R = _sym(C.mT @ C)
+    return GramPicture(W, C, D.to(dtype), K0.to(dtype), R.to(dtype), P)
+
+
+def wt(pic: GramPicture, X: Span):
+    """W^T X."""
+    return pic.D @ X.a
+
+
+def gram(pic: GramPicture, X: Span):
+    """X^T X."""
+    return _sym(X.a.mT @ pic.D @ X.a + X.b.mT @ pic.R @ X.b)
+
+
+def dot_G(pic: GramPicture, X: Span):
+    """<G, X> per matrix."""
+    return ((pic.D @ pic.K0) * X.a).sum((-2, -1)) + (pic.R * X.b).sum((-2, -1))
+
+
+def multiplier(pic: GramPicture, S):
+    """Lambda = P(Lambda) with P(D Lambda + Lambda D) = P(S): ``gram_multiplier`` from diag(D) alone."""
+    d = torch.diagonal(pic.D, dim1=-2, dim2=-1)
+    den = d.unsqueeze(-1) + d.unsqueeze(-2)
+    return pic.P(torch.where(den > 0, pic.P(S) / torch.where(den > 0, den, 1), 0))
+
+
+def z_of(pic: GramPicture, Lambda):
+    """Z = G + 2 W Lambda."""
+    return Span(pic.K0 + 2 * Lambda, pic.eye())
+
+
+def spectral_factor(N, fn):
+    """V diag(fn(s)) V^T for N = V diag(s^2) V^T (N = X^T X: then X V diag(fn(s)) V^T acts on X's singular values)."""
+    lam, V = torch.linalg.eigh(N)
+    s = lam.clamp_min(0).sqrt()
+    return (V * fn(s).unsqueeze(-2)) @ V.mT, s
+
+
+def inv_sqrt(s, rtol):
+    """1/s on the numerical range (s > rtol s_max), 0 elsewhere: msign(X) = X V diag(inv_sqrt(s)) V^T."""
+    keep = s > rtol * s[..., -1:].clamp_min(torch.finfo(s.dtype).tiny)
+    return torch.where(keep, 1 / torch.where(keep, s, 1), 0)
+
+
+def feasible(pic: GramPicture, X: Span):
+    """X made primal feasible: its orthogonal tangent part X - W Gamma, shrunk into the unit op-norm ball.
+    Returns (X_feasible, <G, X_feasible>)."""
+    S = wt(pic, X)
+    X = Span(X.a - multiplier(pic, S + S.mT), X.b)
+    op = torch.linalg.eigvalsh(gram(pic, X))[..., -1].clamp_min(0).sqrt().clamp_min(1)
+    X = X.scale(1 / op)
+    return X, dot_G(pic, X)
+
+
+def certificate(pic: GramPicture, Lambda, U=None, rtol=None):
+    """(A, value, bound) with A feasible, value = <G, A> <= <G, A*> <= bound = ||G + 2 W Lambda||_* (weak duality).
+
+    Candidates for A: msign(G + 2 W Lambda) and (ADMM) the scaled multiplier U, each made feasible; the
+    better one is kept per matrix. The relative duality gap (bound - value) / bound bounds A's relative
+    sub-optimality. All in n x n: one eigh and two eigvalsh."""
+    rtol = rtol if rtol is not None else (1e-7 if pic.D.dtype == torch.float64 else 1e-3)
+    Z = z_of(pic, Lambda)
+    Y, s = spectral_factor(gram(pic, Z), lambda s: inv_sqrt(s, rtol))
+    A, value = feasible(pic, Z @ Y)
+    if U is not None:
+        A_u, value_u = feasible(pic, U)
+        A, value = A_u.where(value_u > value, A), torch.maximum(value, value_u)
+    return A, value, s.sum(-1)
+
+
+def admm_gram(pic: GramPicture, Lambda, U, rho, steps):
+    """``steps`` iterations of Buchanan's ADMM (as ``admm``) on span coefficients; returns (Lambda, U), U the
+    scaled multiplier (a primal candidate). One iteration, from (Lambda, U):
+        Z+     = G + 2 W Lambda + U
+        X      = svt(Z+, 1/rho)                      one n x n eigh of (Z+)^T Z+
+        U      = Z+ - X
+        Lambda = argmin ||G + 2 W Lambda - X + U/rho ... ||: the least-squares multiplier of X - G - U."""
+    G = Span(pic.K0, pic.eye())
+    for _ in range(steps):
+        Zp = z_of(pic, Lambda) + Span(U.a / rho, U.b / rho)
+        phi, _ = spectral_factor(gram(pic, Zp), lambda s: torch.where(s > 1 / rho, (s - 1 / rho) / torch.where(s > 0, s, 1), 0))
+        X = Zp @ phi
+        Ur = Zp - X
+        S = wt(pic, X - G - Ur)
+        Lambda = multiplier(pic, 0.5 * (S + S.mT))
+        U = Span(rho * Ur.a, rho * Ur.b)
+    return Lambda, U
+
+
+@dataclass
+class GramSolve:
+    """What ``gram_solve`` returns: the direction A (as Span coefficients of ``picture``), the dual state
+    to warm-start from (Lambda, U), the certificate (relative duality gap) and the iterations each matrix took."""
+
+    A: Span
+    picture: GramPicture
+    Lambda: torch.Tensor
+    U: Span
+    gap: torch.Tensor
+    iterations: torch.Tensor
+    wide: bool
+
+    def matrix(self):
+        A = self.A.matrix(self.picture)
+        return A.mT if self.wide else A
+
+
+def gram_solve(W, G, P, steps=16, tol=1e-3, rho=None, warm=None, check_every=4, dtype=None,
+               normalize=True) -> GramSolve:
+    """The default inner solve: Gram-space ADMM with a certificate stop.
+
+    Starts from the better certified of two points: cold, the tangent projection (``tangent_init``,
+    U = 0), and ``warm`` = (Lambda, U), a previous solve's (e.g. the previous optimizer step's), if given.
+    Checks the certificate before iterating and
+    every ``check_every`` iterations; a matrix whose relative duality gap is <= ``tol`` stops there (its
+    state is frozen, so a batch gives each matrix what it would get alone); at most ``steps`` iterations.
+    Returns the best certified feasible direction of each matrix.
+
+    Proven: the returned A is tangent (to rounding) with ||A||_op <= 1, and (OPT - <G, A>) / OPT <= gap.
+    On a square Stiefel point the cold start is already optimal (Z = W skew(W^T G), msign keeps it
+    tangent), so the first certificate is zero up to rounding and no iteration runs:
+    A = W msign(skew(W^T G)), the closed form. Elsewhere convergence is ADMM's (O(1/k)); how many
+    iterations realistic momenta need is measured (benchmark ``inner_solvers``), not proven.
+    n x n work in ``dtype`` (None: float64 for float64 input, else float32); G rescaled to unit RMS
+    unless ``normalize=False``."""
+    dtype = dtype or (torch.float64 if W.dtype == torch.float64 else torch.float32)
+    if W.dtype not in (torch.float32, torch.float64):  # bfloat16 / float16 in: products in float32
+        W, G = W.float(), G.float()
+    Wt, Gt, wide = _tall_unit(W, G, normalize)
+    pic = gram_picture(Wt, Gt, P, dtype)
+    rho = rho if rho is not None else Wt.size(-1) ** -0.5
+    S = (Wt.mT @ Gt).to(dtype)
+    Lambda, U = -0.5 * multiplier(pic, S + S.mT), Span(torch.zeros_like(pic.D), torch.zeros_like(pic.D))
+    A, value, bound = certificate(pic, Lambda, U)
+    gap = _relative_gap(value, bound)
+    if warm is not None:  # keep the better certified start, per matrix (cold is exact on square Stiefel)
+        Lambda_w, U_w = warm[0].to(dtype), Span(warm[1].a.to(dtype), warm[1].b.to(dtype))
+        A_w, value_w, bound_w = certificate(pic, Lambda_w, U_w)
+        gap_w = _relative_gap(value_w, bound_w)
+        better = gap_w < gap
+        Lambda, U, A = torch.where(better[..., None, None], Lambda_w, Lambda), U_w.where(better, U), A_w.where(better, A)
+        gap = torch.where(better, gap_w, gap)
+    iterations = torch.zeros(pic.D.shape[:-2], dtype=torch.long, device=pic.D.device)
+    while iterations.max() < steps and not bool((gap <= tol).all()):
+        k = min(check_every, steps - int(iterations.max()))
+        moving = gap > tol
+        Lambda_k, U_k = admm_gram(pic, Lambda, U, rho, k)
+        Lambda = torch.where(moving[..., None, None], Lambda_k, Lambda)
+        U = U_k.where(moving, U)
+        iterations = iterations + k * moving
+        A_k, value_k, bound_k = certificate(pic, Lambda, U)
+        A, gap = A_k.where(moving, A), torch.where(moving, _relative_gap(value_k, bound_k), gap)
+    return GramSolve(A, pic, Lambda, U, gap, iterations, wide)
+
+
+def _relative_gap(value, bound):
+    return (bound - value) / bound.clamp_min(torch.finfo(bound.dtype).tiny)

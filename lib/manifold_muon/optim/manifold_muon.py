@@ -4,10 +4,24 @@
     A  = argmax <G, A>  s.t.  ||A||_op <= 1,  A tangent at W             (inner solver on the dual, ``inner_solvers``)
     W <- retract(W - lr A)
 
+Inner solvers (``inner``):
+
+* ``"gram_admm"`` (default): ``inner_solvers.gram_solve``, Buchanan's ADMM run on n x n coefficients,
+  warm-started from the previous step's multipliers, stopped by a certificate (relative duality gap
+  <= ``tol``) or after ``inner_steps`` iterations; the direction and the retraction are fused into one
+  final product (the retraction's Gram matrix is known in n x n, ``GramManifold.retraction_factor``).
+  Square Stiefel needs no iteration (the closed form A = W msign(skew(W^T G)) certifies itself).
+* ``"post"``: the blog post's recipe, ``POST_RECIPE``: 20 cold dual-ascent steps, alpha = 0.1 with
+  Bernstein's linear decay, Jordan's Newton-Schulz msign (5 steps), the raw momentum (no rescaling of G).
+* ``"dual_ascent"``: the same dual ascent on G rescaled to unit RMS, with the package's msign (this
+  library's default before the Gram-space solve); ``"admm"``: Buchanan's ADMM on m x n matrices.
+
 No weight decay by default (it would push W off its manifold; the post applies none). A matrix whose
 direction G is exactly zero is left unchanged. Call ``retract_parameters()`` once to put freshly
-initialised weights on their manifolds. Each step records, per weight, the tangent violation
-||P(W^T A + A^T W)||_RMS of the direction it took (``state[p]["tangent_violation"]``).
+initialised weights on their manifolds. Each step records, per weight, in ``state[p]``:
+``tangent_violation`` ||P(W^T A + A^T W)||_RMS of the direction taken (unit-RMS G units for every solver
+but "post"), and for "gram_admm" ``duality_gap`` (the certificate: the relative sub-optimality of A is
+at most this) and ``inner_iterations``.
 """
 
 from __future__ import annotations
@@ -17,56 +31,115 @@ import torch
 from ..manifolds.gram import GramManifold
 from ..msign import DEFAULT
 from .base import MatrixOptimizer
-from .inner_solvers import admm, dual_ascent, rms
+from .inner_solvers import Span, admm, dual_ascent, gram, gram_solve, rms
 
-__all__ = ["ManifoldMuon"]
+__all__ = ["ManifoldMuon", "POST_RECIPE"]
 
-INNER = {"dual_ascent": dual_ascent, "admm": admm}
+# The blog post's inner solve, one argument away (inner="post"): what "Different Layers, Different
+# Manifolds" ran for every constrained matrix.
+POST_RECIPE = dict(inner_steps=20, alpha=0.1, normalize=False, warm_start=False, tol=None, msign="newton_schulz",
+                   ns_steps=5)
+# Settings left at None take these, per solver.
+SOLVER_DEFAULTS = {
+    "gram_admm": dict(inner_steps=16, tol=1e-3, warm_start=True, normalize=True, msign=DEFAULT.method,
+                      ns_steps=DEFAULT.steps),
+    "post": POST_RECIPE,
+    "dual_ascent": dict(inner_steps=20, tol=None, warm_start=False, normalize=True, msign=DEFAULT.method,
+                        ns_steps=DEFAULT.steps),
+    "admm": dict(inner_steps=10, tol=None, warm_start=False, normalize=True, msign=DEFAULT.method,
+                 ns_steps=DEFAULT.steps),
+}
 
 
 class ManifoldMuon(MatrixOptimizer):
     """Manifold Muon on a Gram-space manifold: ``manifold`` = "stiefel", "dgram", "gram_oblique" or an instance.
 
     Args:
-        lr: step length of W - lr * A (A has unit singular values).
+        lr: step length of W - lr * A (A has singular values <= 1).
         momentum, nesterov: Muon momentum on the gradient.
-        inner: "dual_ascent" (Bernstein) or "admm" (Buchanan); ``inner_steps`` iterations. inner_steps=0 with
-            dual ascent is the one-msign solver A = msign(tangent projection of G).
+        inner: "gram_admm" (default), "post", "dual_ascent" or "admm" (see the module docstring).
+        inner_steps: iteration cap (None: 16 for gram_admm, 20 for post / dual_ascent, 10 for admm).
+        tol: gram_admm stops when the relative duality gap is <= tol (default 1e-3); dual_ascent / admm
+            stop a matrix when ||H||_RMS < tol (default None: never).
+        warm_start: start each solve from the previous step's multipliers (default: True for gram_admm).
         alpha: dual-ascent step (linear decay to 0); rho: ADMM penalty (None: 1/sqrt(n)).
-        tol: per-matrix early stop on ||H||_RMS (None: always run inner_steps).
-        warm_start: keep the multiplier Lambda between optimizer steps and start the next solve from it.
-        msign, ns_steps, msign_dtype: the msign inside the inner solver (``msign.DEFAULT`` unless given).
+        normalize: rescale G to unit RMS before the solve (default True; False for "post", as the post does).
+        msign, ns_steps, msign_dtype: the msign inside dual_ascent / admm (None: the package's DEFAULT,
+            Newton-Schulz 5 for "post"); gram_admm computes msign exactly through an n x n eigh.
     """
 
     manifold_family = GramManifold
     default_manifold = "stiefel"
+    POST_RECIPE = POST_RECIPE
 
     def __init__(self, params, lr: float = 0.02, momentum: float = 0.95, nesterov: bool = True,
-                 manifold="stiefel", inner: str = "dual_ascent", inner_steps: int = 20, alpha: float = 0.1,
-                 rho: float | None = None, tol: float | None = None, warm_start: bool = False,
-                 weight_decay: float = 0.0, msign: str = DEFAULT.method, ns_steps: int = DEFAULT.steps,
-                 msign_dtype: torch.dtype | None = None, nonfinite: str = "raise"):
+                 manifold="stiefel", inner: str = "gram_admm", inner_steps: int | None = None,
+                 tol: float | None = None, warm_start: bool | None = None, alpha: float = 0.1,
+                 rho: float | None = None, normalize: bool | None = None, weight_decay: float = 0.0,
+                 msign: str | None = None, ns_steps: int | None = None, msign_dtype: torch.dtype | None = None,
+                 nonfinite: str = "raise"):
         super().__init__(params, lr=lr, momentum=momentum, nesterov=nesterov, weight_decay=weight_decay,
                          msign=msign, ns_steps=ns_steps, msign_dtype=msign_dtype, nonfinite=nonfinite,
                          manifold=manifold, inner=inner, inner_steps=inner_steps, alpha=alpha, rho=rho, tol=tol,
-                         warm_start=warm_start)
+                         warm_start=warm_start, normalize=normalize)
+
+    def add_param_group(self, param_group: dict) -> None:
+        """Settings left at None take the defaults of the group's solver (``SOLVER_DEFAULTS``) before checking."""
+        inner = param_group.get("inner", self.defaults["inner"])
+        if inner not in SOLVER_DEFAULTS:
+            raise ValueError(f"ManifoldMuon: unknown inner solver {inner!r}; choose one of {', '.join(SOLVER_DEFAULTS)}")
+        for key, value in SOLVER_DEFAULTS[inner].items():
+            if param_group.get(key, self.defaults.get(key)) is None:
+                param_group[key] = value
+        super().add_param_group(param_group)
 
     def check_group(self, group):
-        if group["inner"] not in INNER:
-            raise ValueError(f"ManifoldMuon: unknown inner solver {group['inner']!r}; choose one of {', '.join(INNER)}")
         if not (isinstance(group["inner_steps"], int) and group["inner_steps"] >= 0):
             raise ValueError(f"ManifoldMuon: inner_steps must be an int >= 0, got {group['inner_steps']!r}")
+        if group["inner"] == "gram_admm" and not (isinstance(group["tol"], (int, float)) and group["tol"] >= 0):
+            raise ValueError(f"ManifoldMuon: gram_admm stops on a relative duality gap tol >= 0, got {group['tol']!r}")
         if group["split"] != 1:
             raise ValueError("ManifoldMuon does not split weights into row blocks; use split=1")
+
+    # ------------------------------------------------------------------ the Gram-space solve, fused
+
+    def update(self, W, G, group, states, shape):
+        if group["inner"] != "gram_admm":
+            return super().update(W, G, group, states, shape)
+        M = group["manifold"]
+        warm = None
+        if group["warm_start"] and all("Lambda" in s for s in states):
+            warm = (torch.stack([s["Lambda"] for s in states]),
+                    Span(torch.stack([s["U_a"] for s in states]), torch.stack([s["U_b"] for s in states])))
+        sol = gram_solve(W, G, M.gram_projector, steps=group["inner_steps"], tol=group["tol"], rho=group["rho"],
+                         warm=warm)
+        pic, A, lr = sol.picture, sol.A, group["lr"]
+        self._record(states, group, rms(M.gram_projector(pic.D @ A.a + A.a.mT @ pic.D)), sol)
+        # X = (1 - lr wd) W - lr A = W ((1 - lr wd) I - lr a) + C (-lr b): its Gram matrix is n x n
+        X = Span((1 - lr * group["weight_decay"]) * pic.eye() - lr * A.a, -lr * A.b)
+        T = M.checked_factor(gram(pic, X))  # None: X^T X too ill conditioned, so retract X itself
+        W_new = (X @ T).matrix(pic) if T is not None else M.retract(X.matrix(pic))
+        return W_new.mT if sol.wide else W_new
+
+    @staticmethod
+    def _record(states, group, violation, sol):
+        for i, s in enumerate(states):
+            s["tangent_violation"] = float(violation[i])
+            s["duality_gap"] = float(sol.gap[i])
+            s["inner_iterations"] = int(sol.iterations[i])
+            if group["warm_start"]:
+                s["Lambda"], s["U_a"], s["U_b"] = sol.Lambda[i].clone(), sol.U.a[i].clone(), sol.U.b[i].clone()
+
+    # ------------------------------------------------------------------ dual ascent / ADMM on m x n matrices
 
     def direction(self, W, G, group, states):
         P = group["manifold"].gram_projector
         Lambda0 = None
         if group["warm_start"] and all("Lambda" in s for s in states):
             Lambda0 = torch.stack([s["Lambda"] for s in states])
-        if group["inner"] == "dual_ascent":
+        if group["inner"] in ("dual_ascent", "post"):
             A, Lambda, _ = dual_ascent(W, G, P, steps=group["inner_steps"], alpha=group["alpha"], tol=group["tol"],
-                                       Lambda0=Lambda0, msign_fn=self.msign_fn(group))
+                                       Lambda0=Lambda0, msign_fn=self.msign_fn(group), normalize=group["normalize"])
         else:
             A, Lambda, _ = admm(W, G, P, steps=group["inner_steps"], rho=group["rho"], tol=group["tol"],
                                 Lambda0=Lambda0, msign_fn=self.msign_fn(group))

@@ -1,0 +1,240 @@
+"""The Gram-space inner solve (ManifoldMuon's default) and the post's recipe preset.
+
+What is asserted: the n x n identities the solve rests on; its certificate is honest (recomputed in float64
+from the m x n matrices) and reached on tall, wide and square shapes, float32 and bfloat16 inputs; it agrees
+with the certified reference ``exact_solution``; square Stiefel is solved by the closed form with no
+iteration; the warm start round-trips through ``state_dict``; the fused Gram-space retraction equals the
+manifold's; ``inner="post"`` takes exactly the steps of the library's dual ascent with the post's settings.
+"""
+
+import copy
+import functools
+
+import pytest
+import torch
+
+from manifold_muon.assignments import build_optimizers
+from manifold_muon.manifolds import get_manifold
+from manifold_muon.msign import msign
+from manifold_muon.optim import ManifoldMuon
+from manifold_muon.optim.inner_solvers import (Span, _tall_unit, dot_G, dual_ascent, exact_solution, gram,
+                                               gram_picture, gram_solve, wt)
+
+NAMES = ["stiefel", "dgram", "gram_oblique"]
+SHAPES = [(12, 5), (5, 12), (6, 6)]
+
+
+def problem(name, shape, seed, dtype=torch.float64):
+    g = torch.Generator().manual_seed(seed)
+    M = get_manifold(name)
+    W = M.random_point(shape, generator=g, dtype=torch.float64)
+    G = torch.randn(shape, generator=g, dtype=torch.float64)
+    return M, W.to(dtype), G.to(dtype)
+
+
+def certified_gap(M, W, G, sol):
+    """The relative duality gap recomputed in float64 from the m x n matrices: the bound ||G + 2 W Lambda||_*
+    by an SVD, the value <G, A> of the returned A, which must be tangent and in the unit op-norm ball."""
+    W, G = W.double(), G.double()
+    A = sol.matrix().double()
+    Wt, Gt, wide = _tall_unit(W, G)
+    At = A.mT if wide else A
+    bound = torch.linalg.svdvals(Gt + 2 * Wt @ sol.Lambda.double()).sum(-1)
+    value = (Gt * At).sum((-2, -1))
+    assert float(M.tangent_residual(W, A).max()) < 1e-4 * A.shape[-1]
+    assert float(torch.linalg.matrix_norm(A, ord=2).max()) <= 1 + 1e-5
+    return (bound - value) / bound
+
+
+# ---------------------------------------------------------------- the n x n identities
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_span_identities(name):
+    """W^T X, X^T X and <G, X> of X = W a + C b computed from the n x n blocks equal the m x n products."""
+    M, W, G = problem(name, (11, 4), 0)
+    pic = gram_picture(W, G, M.gram_projector, torch.float64)
+    g = torch.Generator().manual_seed(1)
+    X = Span(torch.randn(4, 4, generator=g, dtype=torch.float64), torch.randn(4, 4, generator=g, dtype=torch.float64))
+    Xm = X.matrix(pic)
+    assert torch.allclose(pic.W.mT @ pic.C, torch.zeros(4, 4, dtype=torch.float64), atol=1e-12)  # C is normal to W
+    assert torch.allclose(pic.W @ pic.K0 + pic.C, G, atol=1e-12)                                 # G = W K0 + C
+    assert torch.allclose(wt(pic, X), W.mT @ Xm, atol=1e-12)
+    assert torch.allclose(gram(pic, X), Xm.mT @ Xm, atol=1e-12)
+    assert torch.allclose(dot_G(pic, X), (G * Xm).sum(), atol=1e-12)
+
+
+# ---------------------------------------------------------------- the solve and its certificate
+
+
+@pytest.mark.parametrize("name", NAMES)
+@pytest.mark.parametrize("shape", SHAPES)
+def test_certificate_is_reached_and_agrees_with_the_reference(name, shape):
+    M, W, G = problem(name, shape, 2)
+    sol = gram_solve(W, G, M.gram_projector, steps=400, tol=1e-9)
+    assert float(sol.gap.max()) <= 1e-9
+    assert float(certified_gap(M, W, G, sol).max()) <= 2e-9
+    A_ref, _, gap_ref = exact_solution(W, G, M.gram_projector, steps=2000)
+    Wt, Gt, wide = _tall_unit(W, G)
+    value = lambda A: float((Gt * (A.mT if wide else A)).sum())
+    assert abs(value(sol.matrix()) - value(A_ref)) <= 1e-8 * value(A_ref) + float(gap_ref)
+    if shape[0] != shape[1]:  # unique maximiser on these shapes; square DGram / Oblique need not have one
+        assert (sol.matrix() - A_ref).norm() <= 1e-3 * A_ref.norm()
+
+
+@pytest.mark.parametrize("name", NAMES)
+@pytest.mark.parametrize("shape", SHAPES)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_low_precision_certificate_is_honest(name, shape, dtype):
+    """fp32 / bf16 inputs: the solve stops at its tolerance or its cap, and the gap it claims holds when
+    recomputed in float64 (from the inputs as given, rounded to their precision)."""
+    M, W, G = problem(name, shape, 3, dtype)
+    sol = gram_solve(W, G, M.gram_projector, steps=200, tol=1e-3)
+    claimed = sol.gap.float()
+    assert bool(((claimed <= 1e-3) | (sol.iterations == 200)).all())
+    # a bf16 W is off its manifold by bf16 rounding: the multiplier step is then inexact and ADMM may stall
+    # at that level, but not above it
+    assert float(claimed.max()) <= (1e-3 if dtype == torch.float32 else 1e-2)
+    assert sol.matrix().dtype == torch.float32
+    assert float((certified_gap(M, W, G, sol) - claimed).max()) <= 1e-4
+
+
+def test_square_stiefel_is_the_closed_form_without_iterations():
+    """A = W msign(skew(W^T G)) on a square Stiefel point: certified at once, no ADMM iteration."""
+    M, W, G = problem("stiefel", (3, 7, 7), 4)
+    # tol 1e-7: the Gram route resolves singular values down to sqrt(eps64) ~ 1.5e-8 of the largest, and an
+    # odd skew K has one zero singular value, which is only known to be zero to that level
+    sol = gram_solve(W, G, M.gram_projector, steps=50, tol=1e-7)
+    assert int(sol.iterations.max()) == 0 and float(sol.gap.max()) <= 1e-7
+    K = W.mT @ G
+    closed = W @ msign(0.5 * (K - K.mT), method="svd")
+    assert torch.allclose(sol.matrix(), closed, atol=1e-10)
+
+
+def test_batch_gives_each_matrix_what_it_gets_alone():
+    M, W, G = problem("dgram", (3, 9, 4), 5)
+    batched = gram_solve(W, G, M.gram_projector, steps=40, tol=1e-4)
+    for i in range(3):
+        alone = gram_solve(W[i], G[i], M.gram_projector, steps=40, tol=1e-4)
+        assert int(alone.iterations) == int(batched.iterations[i])
+        assert torch.allclose(alone.matrix(), batched.matrix()[i], atol=1e-12)
+
+
+def test_warm_start_from_the_solution_stops_at_once():
+    M, W, G = problem("gram_oblique", (10, 4), 6)
+    cold = gram_solve(W, G, M.gram_projector, steps=200, tol=1e-6)
+    warm = gram_solve(W, G, M.gram_projector, steps=200, tol=1e-6, warm=(cold.Lambda, cold.U))
+    assert int(cold.iterations) > 0 and int(warm.iterations) == 0
+
+
+# ---------------------------------------------------------------- the optimizer
+
+
+def run(opt, params, grads):
+    for gr in grads:
+        for p, g in zip(params, gr):
+            p.grad = g.clone()
+        opt.step()
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_fused_step_equals_solve_then_manifold_retraction(name):
+    """The optimizer's one-product update W+ = (W a' + C b') equals retract(W - lr A) with the manifold's own
+    retraction applied to the m x n matrix."""
+    M, W0, G = problem(name, (10, 4), 7, torch.float32)
+    W = torch.nn.Parameter(W0.clone())
+    opt = ManifoldMuon([W], lr=0.1, manifold=name, momentum=0.0, nesterov=False)
+    W.grad = G.clone()
+    opt.step()
+    sol = gram_solve(W0, G, M.gram_projector)
+    expected = M.retract(W0 - 0.1 * sol.matrix())
+    assert torch.allclose(W.detach(), expected, atol=2e-6)
+    assert opt.state[W]["duality_gap"] <= 1e-3 and opt.state[W]["tangent_violation"] < 1e-5
+
+
+@pytest.mark.parametrize("shape", [(9, 4), (4, 9), (5, 5)])
+def test_state_records_and_warm_start_round_trips_state_dict(shape):
+    g = torch.Generator().manual_seed(8)
+    a = torch.nn.Parameter(get_manifold("dgram").random_point(shape, generator=g))
+    grads = [[torch.randn(shape, generator=g)] for _ in range(6)]
+    opt = ManifoldMuon([{"params": [a], "manifold": "dgram"}], lr=0.05, inner_steps=4, tol=1e-6)
+    run(opt, [a], grads[:3])
+    st = opt.state[a]
+    assert {"Lambda", "U_a", "U_b", "duality_gap", "tangent_violation", "inner_iterations"} <= set(st)
+    saved = copy.deepcopy(opt.state_dict())
+    a2 = torch.nn.Parameter(a.detach().clone())
+    run(opt, [a], grads[3:])
+    opt2 = ManifoldMuon([{"params": [a2], "manifold": "stiefel"}], lr=1.0)
+    opt2.load_state_dict(saved)
+    assert opt2.param_groups[0]["inner"] == "gram_admm" and opt2.param_groups[0]["warm_start"] is True
+    run(opt2, [a2], grads[3:])
+    assert torch.equal(a, a2)
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_default_keeps_the_constraint_over_1000_steps_tall_wide_square(name):
+    g = torch.Generator().manual_seed(9)
+    M = get_manifold(name)
+    Ws = [torch.nn.Parameter(M.random_point(s, generator=g)) for s in [(8, 4), (4, 8), (5, 5)]]
+    Ts = [torch.randn(w.shape, generator=g) for w in Ws]
+    opt = ManifoldMuon([{"params": [w]} for w in Ws], lr=0.1, manifold=name, inner_steps=2)
+    for _ in range(1000):
+        opt.zero_grad()
+        sum(((w - t) ** 2).sum() for w, t in zip(Ws, Ts)).backward()
+        opt.step()
+    for w in Ws:
+        assert M.residual(w).item() < 1e-5
+
+
+def test_bf16_weights_take_the_fused_step():
+    g = torch.Generator().manual_seed(10)
+    M = get_manifold("dgram")
+    W = torch.nn.Parameter(M.random_point((12, 6), generator=g).to(torch.bfloat16))
+    opt = ManifoldMuon([W], lr=0.05, manifold="dgram")
+    for _ in range(5):
+        W.grad = torch.randn(12, 6, generator=g).to(torch.bfloat16)
+        opt.step()
+    assert W.dtype == torch.bfloat16 and opt.state[W]["duality_gap"] <= 1e-3
+    assert M.residual(W.float()).item() < 4 * 2**-8 * 6
+
+
+# ---------------------------------------------------------------- the post's recipe, one argument away
+
+
+def test_post_preset_settings():
+    W = torch.nn.Parameter(torch.randn(6, 3))
+    group = ManifoldMuon([W], inner="post").param_groups[0]
+    assert {k: group[k] for k in ManifoldMuon.POST_RECIPE} == ManifoldMuon.POST_RECIPE
+    assert group["msign"] == "newton_schulz" and group["normalize"] is False and group["warm_start"] is False
+
+
+@pytest.mark.parametrize("name", NAMES)
+@pytest.mark.parametrize("shape", [(9, 4), (4, 9)])
+def test_post_preset_reproduces_the_library_dual_ascent_exactly(name, shape):
+    """inner="post" is dual_ascent(20 steps, alpha 0.1 linear, Newton-Schulz 5, raw G) then the retraction."""
+    M, W0, G = problem(name, shape, 11, torch.float32)
+    G = 1e-3 * G  # a gradient at training scale: the recipe does not rescale it
+    W = torch.nn.Parameter(W0.clone())
+    opt = ManifoldMuon([W], lr=0.1, manifold=name, inner="post", momentum=0.0, nesterov=False)
+    W.grad = G.clone()
+    opt.step()
+    ns5 = functools.partial(msign, method="newton_schulz", steps=5, dtype=None)
+    W0, G = W0[None], G[None]  # the optimizer steps a batch of same-shape weights (batched matmuls round alike)
+    A, _, _ = dual_ascent(W0, G, M.gram_projector, steps=20, alpha=0.1, msign_fn=ns5, normalize=False)
+    X = W0.mul(1.0).add_(A, alpha=-0.1)  # W - lr A, rounded as the optimizer skeleton rounds it
+    assert torch.equal(W.detach(), M.retract(X)[0])
+
+
+def test_assignments_take_the_solver_by_name():
+    from torch import nn
+
+    model = nn.Module()
+    model.attn, model.mlp = nn.Module(), nn.Module()
+    model.attn.c_proj, model.mlp.c_fc = nn.Linear(8, 8, bias=False), nn.Linear(8, 32, bias=False)
+    for assignment in ["unconstrained", "all_stiefel", "all_dgram", "hetero", "hetero_inv"]:
+        for inner in [None, "post", "dual_ascent"]:
+            opts = build_optimizers(model, assignment, inner=inner)
+            mm = [o for o in opts if isinstance(o, ManifoldMuon)]
+            assert bool(mm) == (assignment != "unconstrained")
+            for o in mm:
+                assert all(g["inner"] == (inner or "gram_admm") for g in o.param_groups)
