@@ -18,6 +18,11 @@ its ``.md``, the run outputs it can read, the claims ledger and the source of th
 
 Executions see ``MANIFOLD_MUON_DATA_DIR=<root>/data``, so every run and page shares one prepared data folder.
 
+Stopped by SIGINT (Ctrl-C) or SIGTERM, the pipeline removes its hidden working notebooks
+(``.<name>.src.ipynb``, ``.<name>.tmp.ipynb``), shuts its kernel down and exits with 130 or 143: a killed
+``pipeline chapters`` leaves no untracked files. A notebook that fails on an error is kept as
+``<name>.failed.ipynb`` (git-ignored) to read the error in.
+
 Usage: ``python -m manifold_muon_book.pipeline {runs,chapters,smoke,status} [--scale S] [--force]``.
 """
 
@@ -28,6 +33,7 @@ import ast
 import hashlib
 import json
 import os
+import signal
 import sys
 import time
 from pathlib import Path
@@ -216,9 +222,17 @@ def _md_to_ipynb(md: Path, ipynb: Path, keep_outputs: bool) -> None:
     text = jupytext.writes(nb, fmt="ipynb")
     if ipynb.exists() and ipynb.read_text() == text:
         return  # unchanged: leave the file (and its time) alone
-    tmp = ipynb.with_name(f".{ipynb.stem}.tmp.ipynb")
-    tmp.write_text(text)
-    os.replace(tmp, ipynb)
+    _write_via_tmp(ipynb, text)
+
+
+def _write_via_tmp(path: Path, text: str) -> None:
+    """Write ``path`` through a hidden temporary file and a rename; the temporary never outlives a failure."""
+    tmp = path.with_name(f".{path.stem}.tmp{path.suffix}")
+    try:
+        tmp.write_text(text)
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
 
 
 def _execute(src: Path, dst: Path, cwd: Path, parameters: dict | None, timeout: int = 3600) -> float:
@@ -232,11 +246,14 @@ def _execute(src: Path, dst: Path, cwd: Path, parameters: dict | None, timeout: 
             str(src), str(tmp), parameters=parameters or {}, cwd=str(cwd), kernel_name="python3",
             progress_bar=False, execution_timeout=timeout, request_save_on_cell_execute=False,
         )
-    except BaseException:
+    except Exception:
         failed = dst.with_name(f"{dst.stem}.failed.ipynb")
         if tmp.exists():
             os.replace(tmp, failed)
             print(f"  the executed notebook with the error is in {failed}", file=sys.stderr)
+        raise
+    except BaseException:  # interrupted (SIGINT, or SIGTERM via _stop): nothing half-written stays
+        tmp.unlink(missing_ok=True)
         raise
     os.replace(tmp, dst)
     return time.perf_counter() - t0
@@ -282,8 +299,8 @@ def do_chapters(root: Path, force: bool, only: list[str] | None = None) -> list[
             continue
         print(f"[pages] {md.relative_to(root)}: executing ...", flush=True)
         source = ipynb.with_name(f".{ipynb.stem}.src.ipynb")  # the stored .ipynb is replaced only on success
-        _md_to_ipynb(md, source, keep_outputs=False)
         try:
+            _md_to_ipynb(md, source, keep_outputs=False)
             dt = _execute(source, ipynb, md.parent, None)
         finally:
             source.unlink(missing_ok=True)
@@ -293,9 +310,7 @@ def do_chapters(root: Path, force: bool, only: list[str] | None = None) -> list[
         for cell in nb["cells"]:
             cell.get("metadata", {}).pop("papermill", None)
             cell.get("metadata", {}).pop("execution", None)
-        tmp = ipynb.with_name(f".{ipynb.stem}.tmp.ipynb")
-        tmp.write_text(json.dumps(nb, indent=1, ensure_ascii=False) + "\n")
-        os.replace(tmp, ipynb)
+        _write_via_tmp(ipynb, json.dumps(nb, indent=1, ensure_ascii=False) + "\n")
         print(f"[pages] {md.relative_to(root)}: done in {dt:.1f} s")
         done.append(str(md.relative_to(root)))
     return done
@@ -320,6 +335,14 @@ def status(root: Path, scale: str) -> None:
         print(f"page {str(md.relative_to(root)):30s} {'':8s} {'up to date' if ok else 'STALE'}")
 
 
+class _Stopped(BaseException):
+    """SIGTERM, raised where the pipeline is, so that its ``finally`` clauses clean up as for Ctrl-C."""
+
+
+def _stop(signum, frame):
+    raise _Stopped(signum)
+
+
 def main(argv=None) -> None:
     ap = argparse.ArgumentParser(prog="python -m manifold_muon_book.pipeline", description=__doc__.split("\n")[0])
     ap.add_argument("what", choices=["runs", "chapters", "smoke", "status"])
@@ -328,14 +351,23 @@ def main(argv=None) -> None:
     ap.add_argument("--only", nargs="*", help="run names (runs) or page paths such as chapters/01_muon_msign.md (chapters)")
     args = ap.parse_args(argv)
     root = repo_root()
-    if args.what == "runs":
-        do_runs(root, args.scale, args.force, args.only)
-    elif args.what == "chapters":
-        do_chapters(root, args.force, args.only)
-    elif args.what == "smoke":
-        do_smoke(root)
-    else:
-        status(root, args.scale)
+    previous = signal.signal(signal.SIGTERM, _stop)
+    try:
+        if args.what == "runs":
+            do_runs(root, args.scale, args.force, args.only)
+        elif args.what == "chapters":
+            do_chapters(root, args.force, args.only)
+        elif args.what == "smoke":
+            do_smoke(root)
+        else:
+            status(root, args.scale)
+    except (KeyboardInterrupt, _Stopped) as e:
+        signum = e.args[0] if isinstance(e, _Stopped) else signal.SIGINT
+        print(f"[pipeline] stopped by {signal.Signals(signum).name}; its working files are removed, the stored "
+              "notebooks untouched", file=sys.stderr, flush=True)
+        sys.exit(128 + signum)
+    finally:
+        signal.signal(signal.SIGTERM, previous)
 
 
 if __name__ == "__main__":
