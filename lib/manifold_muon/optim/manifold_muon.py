@@ -117,8 +117,8 @@ class ManifoldMuon(MatrixOptimizer):
         self._record(states, group, rms(M.gram_projector(pic.D @ A.a + A.a.mT @ pic.D)), sol)
         # X = (1 - lr wd) W - lr A = W ((1 - lr wd) I - lr a) + C (-lr b): its Gram matrix is n x n
         X = Span((1 - lr * group["weight_decay"]) * pic.eye() - lr * A.a, -lr * A.b)
-        T = M.checked_factor(gram(pic, X))  # None: X^T X too ill conditioned, so retract X itself
-        W_new = (X @ T).matrix(pic) if T is not None else M.retract(X.matrix(pic))
+        T = M.checked_factor(gram(pic, X).to(W.dtype))  # None: X^T X too ill conditioned: retract X itself
+        W_new = (X @ T.to(X.a.dtype)).matrix(pic) if T is not None else M.retract(X.matrix(pic))
         return W_new.mT if sol.wide else W_new
 
     @staticmethod
