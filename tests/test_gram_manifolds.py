@@ -175,3 +175,22 @@ def test_post_dgram_map_via_gram_is_the_svd_one():
     M = DGram(retraction="svd_post")
     X = torch.randn(7, 3, generator=torch.Generator().manual_seed(0), dtype=torch.float64)
     assert torch.allclose(M.retract_via_gram(X), M.retract(X), atol=1e-12)
+
+
+@pytest.mark.parametrize("norms, grow, identity, first_order", [([3.0, 2.0, 1.5, 1.0], 1, True, True),
+                                                                ([1.0, 2.0, 1.5, 3.0], 1, False, False),
+                                                                ([2.0, 2.0, 1.0, 0.5], 0, True, True),
+                                                                ([2.0, 2.0, 1.0, 0.5], 1, True, False)])
+def test_where_the_post_dgram_map_is_a_retraction(norms, grow, identity, first_order):
+    """U V^T diag(Sigma) at W = Q0 diag(norms), along a tangent A in which column ``grow``'s norm grows
+    fastest: identity iff the norms are non-increasing; first order (defect 100x smaller for t 10x smaller)
+    where they are distinct, and at a tie only along directions that keep the tied norms in order."""
+    g = torch.Generator().manual_seed(0)
+    M = DGram(retraction="svd_post")
+    Q0 = torch.linalg.qr(torch.randn(9, 4, generator=g, dtype=torch.float64))[0]
+    W = Q0 * torch.tensor(norms, dtype=torch.float64)
+    A = M.project(W, torch.randn(9, 4, generator=g, dtype=torch.float64)) + 5 * Q0 * torch.eye(4, dtype=torch.float64)[grow]
+    assert M.tangent_residual(W, A).item() < 1e-12
+    assert ((M.retract(W) - W).norm().item() < 1e-12) == identity
+    defect = [(M.retract(W + t * A) - (W + t * A)).norm().item() for t in (1e-3, 1e-4)]
+    assert (defect[1] <= defect[0] / 50) == first_order

@@ -245,7 +245,16 @@ class DGram(GramManifold):
       (orthonormal columns of U V^T, each scaled), but it pairs column j with the j-th LARGEST
       singular value, so it permutes the column norms of a point already on the manifold unless they
       are sorted in decreasing order: it is not the identity there, hence not a retraction.
-      Kept so that the claim can be checked (tests/test_gram_manifolds.py).
+      Exactly where it is one (lemma; tests/test_gram_manifolds.py): at W = Q0 D on DGram it is the
+      identity iff the column norms D are non-increasing (then U V^T = Q0 and Sigma = D); where they
+      are strictly decreasing it is also first order (the pairing of columns with singular values is
+      locally constant, and then it agrees to first order with the "msign" retraction: d/dt of
+      sigma_j is (Q0^T A)_jj, the same as of diag(Q^T X)); where norms tie it is the identity, and first
+      order only along tangents that keep the tied norms in order (a tied pair's singular values of
+      W + tA move by the diagonal entries of Q0^T A and are then sorted: along a direction that grows
+      the later column, the pairing swaps and the defect is O(t)). So it is a retraction on the open
+      set of DGram points with strictly decreasing column norms, and at no other point.
+      Kept so that the claim can be checked.
     """
 
     name = "dgram"
