@@ -381,6 +381,11 @@ def test_a_resumed_run_records_the_wall_time_of_all_its_sessions(tmp_path, monke
     monkeypatch.setattr(T.Recorder, "emit", real)
     summary = T.train(cfg, progress=False)
     assert summary["status"] == "completed" and summary["wall_time_s"] > first > 0
+    # and it ends where a run never stopped ends (ManifoldMuon's float64 warm-start state included)
+    whole = cfg.replace(out_dir=str(tmp_path / "whole"))
+    T.train(whole, progress=False)
+    a, b = (torch.load(Path(c.out_dir) / "checkpoint.pt", weights_only=False)["model"] for c in (whole, cfg))
+    assert all(torch.equal(a[k], b[k]) for k in a)
 
 
 def test_progress_lines_come_every_n_steps_or_every_so_many_seconds(tmp_path, capsys, monkeypatch):

@@ -389,6 +389,11 @@ def estimate_memory(cfg: TrainConfig, vocab_size: int, world_size: int = 1, cuda
                                                 windows they are cut from, in host memory)
 
     d = n_embd, L = n_layer, f = the MLP width. On CUDA everything but ``batch`` is device memory.
+
+    It errs low: on a CPU the peak resident memory of a run above the interpreter's own was 1.07 to 1.4 times
+    this total for five variants of the cpu presets (batch 256 to 4096 sequences, T = 32 to 1024, d = 32 to
+    256; autograd's transient gradients and the allocator are not counted), so ``check_memory`` refuses only
+    a config that cannot fit, never one that can.
     """
     model = _meta_model(cfg, vocab_size)
     P = sum(p.numel() for p in model.parameters())
