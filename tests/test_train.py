@@ -81,7 +81,7 @@ def test_validate_names_the_closest_key_and_every_problem():
     validate(TrainConfig(assignment={"attn": ["manifold_muon", "stiefel"], "mlp": "muon"}))
     with pytest.raises(ValueError, match="bias and dropout apply to family gpt2 only"):
         validate(TrainConfig(family="qwen3", n_kv_head=2, dropout=0.1))
-    with pytest.raises(ValueError, match=r"model_extra keys \['ffn_size'\] are not fields of Qwen3Config: .*ffn_dim"):
+    with pytest.raises(ValueError, match=r"model_extra keys \['ffn_size'\] are not fields of Qwen3Config; remove them or use its fields: .*ffn_dim"):
         validate(TrainConfig(family="qwen3", model_extra={"ffn_size": 64}))
     assert model_of(TrainConfig(family="qwen3", model_extra={"ffn_dim": 48}), 32).config.ffn_dim == 48
     with pytest.raises(FileNotFoundError, match="choose one of: .*cpu-tiny"):

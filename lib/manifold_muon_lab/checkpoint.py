@@ -57,7 +57,7 @@ class Checkpointer:
         try:  # our own file; it holds optimizer param groups and RNG states, so not weights-only
             ckpt = torch.load(self.path, map_location="cpu", weights_only=False)
         except Exception as e:  # noqa: BLE001 - any unreadable file gets the same advice
-            why = (str(e).strip().splitlines() or [""])[0]
+            why = (str(e).strip().splitlines() or [""])[0].split(". ")[0].rstrip(".")  # torch's first sentence
             raise RunError(f"checkpoint {self.path} is unreadable, truncated or corrupt ({type(e).__name__}: {why}); "
                            "delete it to start over, or pass resume=False (--no-resume)") from None
         if not isinstance(ckpt, dict) or "config" not in ckpt or "step" not in ckpt:

@@ -281,7 +281,8 @@ def validate(cfg: TrainConfig, data_len: int | None = None, world_size: int = 1)
         fields = [f.name for f in dataclasses.fields(config_cls)]
         unknown = sorted(set(cfg.model_extra) - set(fields))
         if unknown:
-            problems.append(f"model_extra keys {unknown} are not fields of {config_cls.__name__}: {', '.join(fields)}")
+            problems.append(f"model_extra keys {unknown} are not fields of {config_cls.__name__}; remove them or use "
+                            f"its fields: {', '.join(fields)}")
     if cfg.rmsnorm_free and cfg.family != "qwen3":
         problems.append("rmsnorm_free applies to family qwen3 only")
     if cfg.family == "qwen3" and (cfg.bias or cfg.dropout):
@@ -293,7 +294,8 @@ def validate(cfg: TrainConfig, data_len: int | None = None, world_size: int = 1)
     per_micro = world_size * cfg.gradient_accumulation_steps
     if cfg.batch_size >= 1 and cfg.batch_size % per_micro:
         problems.append(f"batch_size={cfg.batch_size} is not divisible by world_size x "
-                        f"gradient_accumulation_steps = {world_size} x {cfg.gradient_accumulation_steps}")
+                        f"gradient_accumulation_steps = {world_size} x {cfg.gradient_accumulation_steps}; "
+                        f"make it a multiple of {per_micro}")
     if data_len is not None and cfg.block_size + 1 > data_len:
         problems.append(f"block_size={cfg.block_size} needs at least {cfg.block_size + 1} tokens per split, "
                         f"the data has {data_len}; lower block_size")
