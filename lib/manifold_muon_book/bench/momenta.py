@@ -1,0 +1,103 @@
+"""Momenta the inner solve meets in training: recorded at the CPU scale, and synthesised for larger shapes.
+
+``record_momenta`` trains the ``cpu`` training preset (GPT-2, 4 layers, d = 64, KJV, Hetero with the
+library's default solver) and records, at the chosen steps, every constrained weight W_t (before the step)
+and the Nesterov momentum G_t that its inner solve receives (after gradient clipping), exactly as
+``ManifoldMuon`` computes it. ``spectral_decay`` measures how fast their singular values fall, and
+``synthetic_momentum`` builds a momentum of any shape with that decay, at the recorded scale, and with
+LayerNorm's exact rank deficiency: a block matrix writing into the residual stream (attn/mlp c_proj) is
+read only through LayerNorms, whose Jacobian removes the mean, so 1^T G = 0 on the (D_out, D_in) weight
+(measured: sigma_min / sigma_max ~ 1e-8 on every recorded c_proj). (A matrix reading a LayerNorm output
+would have G 1 = 0 only while the LayerNorm gains are all equal: not exact after training, and not
+imposed.) Synthetic momenta are a model, and are labelled so.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+__all__ = ["record_momenta", "spectral_decay", "synthetic_momentum", "correlated"]
+
+
+def record_momenta(steps, preset: str = "cpu", seed: int = 1337, threads: int = 1) -> dict:
+    """{step: {name: (W, G, manifold name)}} for the constrained weights of a ``preset`` run (float32, CPU)."""
+    from manifold_muon import build_optimizers, retract_parameters
+    from manifold_muon.optim import ManifoldMuon
+    from manifold_muon_lab.config import load_preset
+    from manifold_muon_lab.data import Batches
+    from manifold_muon_lab.models import build_model
+    from manifold_muon_lab.train import WarmupCosine, model_fields
+
+    from ..pipeline import repo_root
+
+    cfg = load_preset(preset, repo_root() / "runs" / "presets" / "training", seed=seed)
+    old = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        data = Batches(cfg.data, cfg.block_size, "cpu", cfg.data_dir, cfg.vocab_size)
+        torch.manual_seed(cfg.seed)
+        model = build_model(cfg.family, **model_fields(cfg, data.vocab_size))
+        optimizers = build_optimizers(model, cfg.assignment, lr=cfg.lr, adamw_lr=cfg.adamw_lr, **cfg.optimizer)
+        retract_parameters(optimizers)
+        schedule = WarmupCosine(cfg.warmup, cfg.max_steps, cfg.min_lr_ratio)
+        base_lrs = [[g["lr"] for g in o.param_groups] for o in optimizers]
+        names = {p: n for n, p in model.named_parameters()}
+        mm = next(o for o in optimizers if isinstance(o, ManifoldMuon))
+        gen = torch.Generator().manual_seed(cfg.seed + 1)
+        out, wanted = {}, set(steps)
+        for step in range(max(wanted) + 1):
+            for o, lrs in zip(optimizers, base_lrs):
+                for g, lr in zip(o.param_groups, lrs):
+                    g["lr"] = lr * schedule(step)
+            X, Y = data.batch("train", cfg.batch_size, gen)
+            _, loss = model(X, Y)
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
+            if step in wanted:
+                out[step] = {names[p]: (p.detach().clone(), _nesterov(mm, p), g["manifold"].name)
+                             for g in mm.param_groups for p in g["params"]}
+            for o in optimizers:
+                o.step()
+                o.zero_grad(set_to_none=True)
+        return out
+    finally:
+        torch.set_num_threads(old)
+
+
+def _nesterov(opt, p) -> torch.Tensor:
+    """The direction ``MatrixOptimizer`` will hand to the inner solve at this step (momentum not yet updated)."""
+    group = next(g for g in opt.param_groups if any(q is p for q in g["params"]))
+    mu = group["momentum"]
+    buf = opt.state[p].get("momentum_buffer", torch.zeros_like(p)).lerp(p.grad, 1 - mu)
+    return p.grad.lerp(buf, mu) if group["nesterov"] else buf
+
+
+def spectral_decay(G: torch.Tensor) -> float:
+    """Exponent p of the fit sigma_i ~ sigma_1 i^{-p} over the top half of G's spectrum (the exact zero
+    that LayerNorm leaves is excluded)."""
+    s = torch.linalg.svdvals(G.double())
+    k = max(2, s.numel() // 2)
+    i = torch.arange(1, k + 1, dtype=torch.float64)
+    slope = torch.linalg.lstsq(torch.stack([torch.ones_like(i), i.log()], 1), s[:k].log()[:, None]).solution[1, 0]
+    return float(-slope)
+
+
+def synthetic_momentum(shape, decay: float, rms: float, writes_residual: bool, generator=None) -> torch.Tensor:
+    """A (D_out, D_in) momentum: random singular vectors, sigma_i ~ i^{-decay}, RMS ``rms``, and, for a matrix
+    that writes into the residual stream, LayerNorm's null direction 1^T G = 0."""
+    m, n = shape
+    k = min(m, n)
+    U = torch.linalg.qr(torch.randn(m, k, generator=generator, dtype=torch.float64))[0]
+    V = torch.linalg.qr(torch.randn(n, k, generator=generator, dtype=torch.float64))[0]
+    G = (U * torch.arange(1, k + 1, dtype=torch.float64).pow(-decay)) @ V.mT
+    if writes_residual:
+        G = G - G.mean(dim=0, keepdim=True)  # columns orthogonal to 1: 1^T G = 0
+    return (G * (rms / G.pow(2).mean().sqrt())).float()
+
+
+def correlated(G: torch.Tensor, fresh: torch.Tensor, rho: float = 0.95) -> torch.Tensor:
+    """rho G + sqrt(1 - rho^2) fresh, at G's RMS: the previous step's momentum (Muon momentum 0.95)."""
+    X = rho * G + math.sqrt(1 - rho**2) * fresh * (G.pow(2).mean().sqrt() / fresh.pow(2).mean().sqrt())
+    return X * (G.pow(2).mean().sqrt() / X.pow(2).mean().sqrt())
