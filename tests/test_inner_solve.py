@@ -238,3 +238,20 @@ def test_assignments_take_the_solver_by_name():
             assert bool(mm) == (assignment != "unconstrained")
             for o in mm:
                 assert all(g["inner"] == (inner or "gram_admm") for g in o.param_groups)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_load_state_dict_keeps_each_state_tensors_dtype(dtype):
+    """torch's Optimizer.load_state_dict casts float state to the weight's dtype; ours must not (float64
+    multipliers, float32 momentum of bfloat16 weights), or a resumed run differs from one never stopped."""
+    g = torch.Generator().manual_seed(3)
+    a = torch.nn.Parameter(get_manifold("stiefel").random_point((12, 6), generator=g).to(dtype))
+    opt = ManifoldMuon([{"params": [a], "manifold": "stiefel"}], lr=0.05)
+    run(opt, [a], [[torch.randn(12, 6, generator=g).to(dtype)] for _ in range(2)])
+    saved = copy.deepcopy(opt.state_dict())
+    dtypes = {k: v.dtype for k, v in saved["state"][0].items() if torch.is_tensor(v)}
+    assert torch.float64 in dtypes.values() or dtype is torch.bfloat16 and torch.float32 in dtypes.values()
+    b = torch.nn.Parameter(a.detach().clone())
+    opt2 = ManifoldMuon([{"params": [b], "manifold": "stiefel"}], lr=0.05)
+    opt2.load_state_dict(saved)
+    assert {k: v.dtype for k, v in opt2.state[b].items() if torch.is_tensor(v)} == dtypes

@@ -7,6 +7,7 @@ from pathlib import Path
 import jupytext
 import nbformat
 import pytest
+import yaml
 
 from manifold_muon_book import pipeline
 
@@ -56,14 +57,17 @@ def test_stale_metrics_are_refused(tmp_path):
     shutil.copy(ROOT / "runs" / "presets" / "msign_accuracy.yml", root / "runs" / "presets")
     out = pipeline.run_dir("msign_accuracy", "cpu", root)
     out.mkdir(parents=True)
-    sha = pipeline.run_inputs_sha("msign_accuracy", root)
+    sha = pipeline.run_inputs_sha("msign_accuracy", "cpu", root)
     (out / "metrics.json").write_text(json.dumps({"inputs_sha": sha, "x": 1}))
     assert pipeline.load_run_metrics("msign_accuracy", "cpu", root)["x"] == 1
     with open(root / "runs" / "presets" / "msign_accuracy.yml", "a") as f:
         f.write("\n# a comment changes nothing\n")
     assert pipeline.load_run_metrics("msign_accuracy", "cpu", root)["x"] == 1
     with open(root / "runs" / "presets" / "msign_accuracy.yml", "a") as f:
-        f.write("\nnew_scale: {shapes: [[4, 4]]}\n")
+        f.write("\nnew_scale: {shapes: [[4, 4]]}\n")   # another scale: the cpu outputs stay valid
+    assert pipeline.load_run_metrics("msign_accuracy", "cpu", root)["x"] == 1
+    path = root / "runs" / "presets" / "msign_accuracy.yml"
+    path.write_text(path.read_text().replace("repeats: 3", "repeats: 4", 1))   # the cpu entry itself
     with pytest.raises(RuntimeError, match="re-run it"):
         pipeline.load_run_metrics("msign_accuracy", "cpu", root)
     with pytest.raises(FileNotFoundError, match="make runs SCALE=gpu"):
@@ -100,3 +104,35 @@ def test_editing_a_benchmark_leaves_chapter_01_fresh(tmp_path):
     assert ROOT / "lib" / "manifold_muon_book" / "bench" / "common.py" not in imported
     assert ROOT / "lib" / "manifold_muon" / "msign.py" in imported
     assert pipeline.page_inputs_sha(page, ROOT) == before
+
+
+def _mini_book(tmp_path):
+    """A book of two pages, one run and a ledger of two claims, to see what makes which page stale."""
+    root = tmp_path / "book"
+    for d in ("chapters", "book", "runs/presets", "runs/exp/cpu", "lib"):
+        (root / d).mkdir(parents=True)
+    (root / "_config.yml").write_text("title: t\n")
+    (root / "runs" / "exp.md").write_text("# a run\n")
+    (root / "runs" / "presets" / "exp.yml").write_text("cpu: {n: 1}\n")
+    (root / "runs" / "exp" / "cpu" / "metrics.json").write_text('{"x": 1}')
+    (root / "book" / "claims.yml").write_text(yaml.safe_dump({
+        "sources": {"B": {"title": "T"}}, "chapters": {},
+        "claims": [{"id": "B-AA-01", "status": "confirmed"}, {"id": "B-BB-01", "status": "partly"}]}))
+    reads = root / "chapters" / "a.md"
+    reads.write_text('```{code-cell} ipython3\nload_run_metrics("exp")\nshow_verdict("B-AA-01", "confirmed", "r")\n```\n')
+    other = root / "chapters" / "b.md"
+    other.write_text('```{code-cell} ipython3\nshow_verdict("B-BB-01", "partly", "r")\n```\n')
+    return root, reads, other
+
+
+def test_a_page_is_stale_only_when_a_run_or_claim_it_names_changes(tmp_path):
+    root, reads, other = _mini_book(tmp_path)
+    before = {p: pipeline.page_inputs_sha(p, root) for p in (reads, other)}
+    (root / "runs" / "exp" / "cpu" / "metrics.json").write_text('{"x": 2}')
+    assert pipeline.page_inputs_sha(reads, root) != before[reads]
+    assert pipeline.page_inputs_sha(other, root) == before[other]
+    before = {p: pipeline.page_inputs_sha(p, root) for p in (reads, other)}
+    ledger = root / "book" / "claims.yml"
+    ledger.write_text(ledger.read_text().replace("status: partly", "status: not confirmed"))
+    assert pipeline.page_inputs_sha(reads, root) == before[reads]
+    assert pipeline.page_inputs_sha(other, root) != before[other]

@@ -282,3 +282,17 @@ def test_training_benchmark_times_an_assignment(tmp_path):
     assert 0 < r["optimizer_share"] < 1 and r["tokens_per_s"] > 0
     assert r["step_s"] == pytest.approx(r["fb_s"] + r["opt_s"])
     assert not (tmp_path / "hetero" / "checkpoint.pt").exists()  # checkpoint_every=-1: timing runs save nothing
+
+
+def test_common_val_loss_evaluates_final_weights_on_batches_shared_by_seeds(tmp_path):
+    from manifold_muon_lab.evaluate import common_val_loss
+
+    a = tiny(tmp_path / "a", seed=1, checkpoint_every=3)
+    b = tiny(tmp_path / "b", seed=2, checkpoint_every=3)
+    for cfg in (a, b):
+        assert T.train(cfg, progress=False)["status"] == "completed"
+    la, lb = common_val_loss(a.out_dir, batches=2), common_val_loss(b.out_dir, batches=2)
+    assert math.isfinite(la) and la == common_val_loss(a.out_dir, batches=2)   # same batches every call
+    assert la != lb                                                            # the weights differ
+    assert la != common_val_loss(a.out_dir, batches=2, seed=7)                 # another draw of batches
+    assert math.isnan(common_val_loss(tmp_path / "nothing"))                   # no finished weights: NaN

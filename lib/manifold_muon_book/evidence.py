@@ -2,9 +2,8 @@
 
 * ``NoisyMuon`` and ``noisy_msign_muon()``: Muon whose msign is U diag(1 + u) V^T with u_i uniform in
   [-eps, eps] (the post's "orthogonalization error epsilon", B-MS-02); eps = 0 is the exact msign.
-* ``common_val_loss(run_dir)``: the final weights of a finished run, evaluated on the same validation
-  batches for every run and seed (the training loop's own evaluations use batches drawn from the run's
-  seed, so their differences mix the weights with the batches).
+* ``common_val_loss(run_dir)``: ``manifold_muon_lab.evaluate.common_val_loss``, re-exported: the final
+  weights of a finished run on the same validation batches for every run and seed.
 * ``seed_spread(values)``: mean, sample standard deviation, min and max over seeds.
 * ``spearman(x, y)`` and ``within_step_spearman(df, x, y, by)``: rank correlations, pooled and after
   removing what all runs share at one step (the common trend of training), for the causal chain of
@@ -23,6 +22,7 @@ import torch
 
 from manifold_muon.assignments import OPTIMIZERS
 from manifold_muon.optim.muon import Muon
+from manifold_muon_lab.evaluate import common_val_loss  # noqa: F401  (re-exported: the run notebooks import it from here)
 
 __all__ = ["NoisyMuon", "noisy_msign_muon", "common_val_loss", "seed_spread", "spearman", "within_step_spearman",
            "study_runs", "sigma_table", "chain_table", "bootstrap_runs"]
@@ -61,30 +61,6 @@ def noisy_msign_muon():
 
 
 @torch.no_grad()
-def common_val_loss(run_dir, batches: int = 16, batch_size: int | None = None, seed: int = 2026) -> float:
-    """Mean validation loss of the weights in ``run_dir/checkpoint.pt`` on ``batches`` validation batches drawn
-    from ``seed`` (the same for every run of the same data and block size)."""
-    from manifold_muon_lab.checkpoint import CHECKPOINT
-    from manifold_muon_lab.config import TrainConfig
-    from manifold_muon_lab.data import Batches
-    from manifold_muon_lab.models import build_model
-    from manifold_muon_lab.train import model_fields
-
-    device = "cuda" if torch.cuda.is_available() else "cpu"
-    ckpt = torch.load(Path(run_dir) / CHECKPOINT, map_location=device, weights_only=False)
-    cfg = TrainConfig.from_dict(ckpt["config"])
-    data = Batches(cfg.data, cfg.block_size, device, cfg.data_dir, cfg.vocab_size)
-    model = build_model(cfg.family, **model_fields(cfg, data.vocab_size)).to(device)
-    model.load_state_dict(ckpt["model"])
-    model.eval()
-    g = torch.Generator().manual_seed(seed)
-    total = 0.0
-    for _ in range(batches):
-        X, Y = data.batch("val", batch_size or cfg.batch_size, g)
-        total += model(X, Y)[1].item()
-    return total / batches
-
-
 def seed_spread(values) -> dict:
     """mean, std (sample, ddof=1), min, max and n of a list of per-seed values."""
     v = np.asarray(list(values), dtype=float)
@@ -107,6 +83,8 @@ def within_step_spearman(df, x: str, y: str, by: str = "step") -> float:
     rx, ry = df[x].rank(), df[y].rank()
     rx = rx - rx.groupby(df[by]).transform("mean")
     ry = ry - ry.groupby(df[by]).transform("mean")
+    if float(rx.std()) == 0 or float(ry.std()) == 0:  # nothing varies within a step (e.g. one run resampled)
+        return math.nan
     return float(np.corrcoef(rx, ry)[0, 1])
 
 

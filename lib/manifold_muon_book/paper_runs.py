@@ -30,6 +30,8 @@ import statistics
 import time
 from pathlib import Path
 
+from manifold_muon_lab.evaluate import common_val_loss as _common_val_loss
+
 __all__ = ["expand_grid", "run_grid", "summarize_run", "common_val_loss", "final_weight_norms", "layer_type", "LAYER_TYPES", "runs_table",
            "seed_stats", "PAPER"]
 
@@ -132,38 +134,9 @@ def run_grid(name: str, scale: str, out_dir, workers: int = 1, progress: bool = 
             "wall_time_s": wall, "train_time_s": sum(r.get("wall_time_s") or 0.0 for r in runs), "runs": runs}
 
 
-def common_val_loss(run_dir, batches: int = 32, seed: int = 2026) -> float:
-    """Mean validation loss of the final weights (``run_dir/checkpoint.pt``) on ``batches`` validation batches
-    drawn from ``seed``: the same batches for every run of the grid, whatever its seed (the training loop's
-    own evaluations draw theirs from the run's seed, so across seeds they differ in batches as well as in
-    weights). NaN if the run left no final weights."""
-    import torch
-
-    from manifold_muon_lab.checkpoint import CHECKPOINT
-    from manifold_muon_lab.config import TrainConfig
-    from manifold_muon_lab.data import Batches
-    from manifold_muon_lab.models import build_model
-    from manifold_muon_lab.train import model_fields
-
-    path = Path(run_dir) / CHECKPOINT
-    if not path.exists():
-        return float("nan")
-    ckpt = torch.load(path, map_location="cpu", weights_only=False)
-    if not ckpt.get("done", False):
-        return float("nan")
-    cfg = TrainConfig.from_dict(ckpt["config"])
-    data = Batches(cfg.data, cfg.block_size, "cpu", cfg.data_dir, cfg.vocab_size)
-    torch.manual_seed(0)
-    model = build_model(cfg.family, **model_fields(cfg, data.vocab_size))
-    model.load_state_dict(ckpt["model"])
-    model.eval()
-    g = torch.Generator().manual_seed(seed)
-    total = 0.0
-    with torch.no_grad():
-        for _ in range(batches):
-            X, Y = data.batch("val", cfg.batch_size, g)
-            total += model(X, Y)[1].item()
-    return total / batches
+def common_val_loss(run_dir, batches: int = 32) -> float:
+    """The grid's common evaluation: ``manifold_muon_lab.evaluate.common_val_loss`` on 32 batches, on the CPU."""
+    return _common_val_loss(run_dir, batches=batches, device="cpu")
 
 
 def final_weight_norms(run_dir) -> dict:

@@ -33,6 +33,7 @@ import ast
 import hashlib
 import json
 import os
+import re
 import signal
 import sys
 import time
@@ -87,14 +88,18 @@ def run_dir(name: str, scale: str, root: Path | None = None) -> Path:
     return (root or repo_root()) / "runs" / name / scale
 
 
-def run_inputs_sha(name: str, root: Path | None = None) -> str:
-    """Hash of what a run's outputs depend on: its template, its presets, and the training presets
-    (``runs/presets/training/<name>.yml``) that any of its scales names as ``training_preset``."""
+def run_inputs_sha(name: str, scale: str, root: Path | None = None) -> str:
+    """Hash of what a run's outputs at ``scale`` depend on: its template, that scale's entry of its
+    presets, and the training preset (``runs/presets/training/<name>.yml``) that the entry names as
+    ``training_preset``. Adding or editing another scale (a ``gpu`` entry) leaves the ``cpu`` outputs valid."""
+    from manifold_muon_lab.config import read_yaml
+
     root = root or repo_root()
     presets_path = root / "runs" / "presets" / f"{name}.yml"
-    presets = yaml.safe_load(presets_path.read_text()) or {}
-    parts = [(root / "runs" / f"{name}.md").read_bytes(), _yaml_content(presets_path)]
-    for training in sorted({v["training_preset"] for v in presets.values() if isinstance(v, dict) and v.get("training_preset")}):
+    entry = (read_yaml(presets_path.read_text()) or {}).get(scale)
+    parts = [(root / "runs" / f"{name}.md").read_bytes(), _canonical(entry)]
+    training = entry.get("training_preset") if isinstance(entry, dict) else None
+    if training:
         path = root / "runs" / "presets" / "training" / f"{training}.yml"
         if not path.exists():
             raise FileNotFoundError(f"runs/presets/{name}.yml names training preset {training!r}, but {path} does not exist")
@@ -102,11 +107,15 @@ def run_inputs_sha(name: str, root: Path | None = None) -> str:
     return _sha(*parts)
 
 
+def _canonical(value) -> bytes:
+    return json.dumps(value, sort_keys=True, default=str).encode()
+
+
 def _yaml_content(path: Path) -> bytes:
     """What a preset file says, without its comments and layout: editing a comment makes nothing stale."""
     from manifold_muon_lab.config import read_yaml
 
-    return json.dumps(read_yaml(path.read_text()), sort_keys=True, default=str).encode()
+    return _canonical(read_yaml(path.read_text()))
 
 
 def load_run_metrics(name: str, scale: str = "cpu", root: Path | None = None) -> dict:
@@ -116,7 +125,7 @@ def load_run_metrics(name: str, scale: str = "cpu", root: Path | None = None) ->
     if not path.exists():
         raise FileNotFoundError(f"{path} is missing; produce it with `make runs SCALE={scale}`")
     metrics = json.loads(path.read_text())
-    if metrics.get("inputs_sha") != run_inputs_sha(name, root):
+    if metrics.get("inputs_sha") != run_inputs_sha(name, scale, root):
         raise RuntimeError(
             f"{path} was produced from another version of runs/{name}.md or its presets; "
             f"re-run it with `make runs SCALE={scale}`"
@@ -185,9 +194,31 @@ def _code_sha(md: Path, root: Path) -> bytes:
     return b"".join(f.relative_to(root).as_posix().encode() + f.read_bytes() for f in files)
 
 
-def _run_outputs_sha(root: Path) -> bytes:
-    files = sorted((root / "runs").glob("*/*/metrics.json"))
-    return b"".join(f.relative_to(root).as_posix().encode() + f.read_bytes() for f in files if "_smoke" not in f.parts)
+def _run_outputs_sha(md: Path, root: Path) -> bytes:
+    """The metrics of the runs a page names (``runs/<name>/...`` or ``load_run_metrics("<name>"``): a new
+    run of one experiment re-executes the pages that read it, not every page."""
+    text = md.read_text()
+    named = [n for n in run_templates(root) if re.search(rf"""(runs/|["']){re.escape(n)}(/|["'])""", text)]
+    files = sorted(f for n in named for f in (root / "runs" / n).glob("*/metrics.json") if "_smoke" not in f.parts)
+    files += sorted(f for f in (root / "runs" / "bench").glob("*.json") if f.name in text)   # `make bench` outputs
+    return b"".join(f.relative_to(root).as_posix().encode() + f.read_bytes() for f in files)
+
+
+_CLAIM_ID = re.compile(r"\b[A-Z]+-[A-Z0-9]+-\d+\b")
+
+
+def _ledger_sha(md: Path, root: Path) -> bytes:
+    """What a page reads of ``book/claims.yml``: the claims whose ids it names, and the sources and
+    chapters; the claims page reads it all. Re-grading one claim re-executes the pages that show it."""
+    claims = root / "book" / "claims.yml"
+    if not claims.exists():
+        return b""
+    if md.parent.name != "chapters":
+        return claims.read_bytes()
+    ledger = yaml.safe_load(claims.read_text())
+    ids = set(_CLAIM_ID.findall(md.read_text()))
+    shown = [c for c in ledger.get("claims", []) if c.get("id") in ids]
+    return _canonical({"sources": ledger.get("sources"), "chapters": ledger.get("chapters"), "claims": shown})
 
 
 def pages(root: Path) -> list[Path]:
@@ -195,9 +226,9 @@ def pages(root: Path) -> list[Path]:
 
 
 def page_inputs_sha(md: Path, root: Path) -> str:
-    claims = root / "book" / "claims.yml"
-    return _sha(md.read_bytes(), _run_outputs_sha(root), claims.read_bytes() if claims.exists() else b"",
-                _code_sha(md, root))
+    """Hash of what a page's outputs depend on: its text, the code it imports (transitively, within the
+    book's packages), the metrics of the runs it names and the ledger entries it shows."""
+    return _sha(md.read_bytes(), _run_outputs_sha(md, root), _ledger_sha(md, root), _code_sha(md, root))
 
 
 def _stored_sha(ipynb: Path) -> str | None:
@@ -267,7 +298,7 @@ def do_runs(root: Path, scale: str, force: bool, only: list[str] | None = None, 
         _md_to_ipynb(template_md, template_nb, keep_outputs=False)
         out = (out_root or root / "runs") / name / scale
         metrics = out / "metrics.json"
-        sha = run_inputs_sha(name, root)
+        sha = run_inputs_sha(name, scale, root)
         if not force and metrics.exists() and json.loads(metrics.read_text()).get("inputs_sha") == sha:
             print(f"[runs] {name} @ {scale}: up to date")
             continue
@@ -328,7 +359,7 @@ def do_smoke(root: Path) -> None:
 def status(root: Path, scale: str) -> None:
     for name in run_templates(root):
         m = run_dir(name, scale, root) / "metrics.json"
-        ok = m.exists() and json.loads(m.read_text()).get("inputs_sha") == run_inputs_sha(name, root)
+        ok = m.exists() and json.loads(m.read_text()).get("inputs_sha") == run_inputs_sha(name, scale, root)
         print(f"run  {name:30s} {scale:8s} {'up to date' if ok else 'STALE'}")
     for md in pages(root):
         ok = _stored_sha(md.with_suffix(".ipynb")) == page_inputs_sha(md, root)

@@ -79,8 +79,7 @@ class Checkpointer:
         opt_states = ckpt["optimizers"] if self.world == 1 else torch.load(
             self._shard(ckpt["step"], self.rank), map_location="cpu", weights_only=False)
         for opt, s in zip(optimizers, opt_states):
-            opt.load_state_dict(s)
-            _restore_state_dtypes(opt, s)
+            opt.load_state_dict(s)   # the library's optimizers keep their state's dtypes (base.py)
         for sch, s in zip(schedulers, ckpt["schedulers"]):
             sch.load_state_dict(s)
         torch.set_rng_state(ckpt["rng_torch"])
@@ -113,21 +112,6 @@ class Checkpointer:
                     old.unlink(missing_ok=True)
         if self.world > 1:
             dist.barrier()
-
-
-def _restore_state_dtypes(opt, saved: dict) -> None:
-    """Put back the dtype of every state tensor ``torch.optim.Optimizer.load_state_dict`` cast to its weight's.
-
-    It casts floating-point state (all but ``step``) to the dtype of the weight; an optimizer that keeps
-    some state in higher precision (ManifoldMuon's float64 warm-start multipliers) would resume from rounded
-    state, and a resumed run would no longer match one never stopped."""
-    params = {i: p for g_saved, g in zip(saved["param_groups"], opt.param_groups)
-              for i, p in zip(g_saved["params"], g["params"])}
-    for i, state in saved["state"].items():
-        live = opt.state.get(params.get(i), {})
-        for key, value in state.items():
-            if torch.is_tensor(value) and torch.is_tensor(live.get(key)) and live[key].dtype != value.dtype:
-                live[key] = value.to(device=live[key].device, copy=True)
 
 
 def _command_line() -> str:

@@ -148,10 +148,23 @@ class MatrixOptimizer(torch.optim.Optimizer):
         return sd
 
     def load_state_dict(self, state_dict):
+        """Restore state saved by ``state_dict``, keeping each state tensor's saved dtype.
+
+        ``torch.optim.Optimizer.load_state_dict`` casts floating-point state to its weight's dtype; these
+        optimizers keep some state in higher precision (ManifoldMuon's float64 warm-start multipliers,
+        float32 momentum of bfloat16 weights), and a cast would make a resumed run differ from one never
+        stopped."""
         super().load_state_dict(state_dict)
         for g in self.param_groups:
             if g.get("manifold") is not None:
                 g["manifold"] = get_manifold(g["manifold"])
+        params = {i: p for g_saved, g in zip(state_dict["param_groups"], self.param_groups)
+                  for i, p in zip(g_saved["params"], g["params"])}
+        for i, saved in state_dict["state"].items():
+            live = self.state.get(params.get(i), {})
+            for key, value in saved.items():
+                if torch.is_tensor(value) and torch.is_tensor(live.get(key)) and live[key].dtype != value.dtype:
+                    live[key] = value.to(device=live[key].device, copy=True)
 
     @torch.no_grad()
     def retract_parameters(self) -> None:
