@@ -69,3 +69,18 @@ def test_a_stopped_pipeline_leaves_no_files_and_no_kernel(tmp_path, sig):
     while _alive(kernel) and time.time() < deadline:
         time.sleep(0.2)
     assert not _alive(kernel), "the kernel outlived the pipeline"
+
+
+@pytest.mark.parametrize("argv, expected", [
+    (["runs", "--scale", "laptop"], "has no scale 'laptop'; choose one of: smoke, cpu"),
+    (["runs", "--only", "nope"], "no run 'nope'; runs are "),
+    (["chapters", "--only", "chapters/99_none.md"], "not a book page: chapters/99_none.md; pages are chapters/01"),
+], ids=["scale", "run", "page"])
+def test_a_bad_pipeline_argument_is_one_sentence_and_exit_code_2(argv, expected, capsys):
+    from manifold_muon_book import pipeline
+
+    with pytest.raises(SystemExit) as e:
+        pipeline.main(argv)
+    assert e.value.code == 2
+    err = capsys.readouterr().err
+    assert expected in err and "Traceback" not in err

@@ -374,6 +374,23 @@ def _stop(signum, frame):
     raise _Stopped(signum)
 
 
+def _check_args(root: Path, args) -> None:
+    """Refuse an unknown run, scale or page before anything executes."""
+    if args.what in ("runs", "status"):
+        names = run_templates(root)
+        unknown = sorted(set(args.only or []) - set(names)) if args.what == "runs" else []
+        if unknown:
+            raise ValueError(f"no run {', '.join(map(repr, unknown))}; runs are {', '.join(names)}")
+        for name in (args.only or names) if args.what == "runs" else []:
+            load_run_preset(name, args.scale, root)
+    elif args.what == "chapters" and args.only:
+        selected = {p.resolve() for p in pages(root)}
+        unknown = sorted(str(o) for o in args.only if (root / o).resolve() not in selected)
+        if unknown:
+            raise ValueError(f"not a book page: {', '.join(unknown)}; pages are "
+                             f"{', '.join(str(p.relative_to(root)) for p in pages(root))}")
+
+
 def main(argv=None) -> None:
     ap = argparse.ArgumentParser(prog="python -m manifold_muon_book.pipeline", description=__doc__.split("\n")[0])
     ap.add_argument("what", choices=["runs", "chapters", "smoke", "status"])
@@ -381,7 +398,11 @@ def main(argv=None) -> None:
     ap.add_argument("--force", action="store_true", help="execute even what is up to date")
     ap.add_argument("--only", nargs="*", help="run names (runs) or page paths such as chapters/01_muon_msign.md (chapters)")
     args = ap.parse_args(argv)
-    root = repo_root()
+    try:
+        root = repo_root()
+        _check_args(root, args)
+    except (ValueError, FileNotFoundError) as e:   # a bad argument: one sentence, exit code 2, before any work
+        ap.error(str(e))
     previous = signal.signal(signal.SIGTERM, _stop)
     try:
         if args.what == "runs":
