@@ -54,3 +54,15 @@ def write_result(out_dir, name: str, payload: dict, params: dict, wall_time_s: f
     result = dict(**payload, **provenance({**params, "device": str(device())}), wall_time_s=round(wall_time_s, 3))
     write_json_atomic(Path(out_dir) / f"{name}.json", result)
     return result
+
+
+def per_shape(name: str, measure, out_dir, quick: bool, params: dict, repeats: int = 5) -> tuple[dict, list]:
+    """The benchmarks that time one thing per matrix shape: ``measure(shape, repeats)`` -> rows, over the
+    quick or the full shapes, on one CPU thread; written to ``out_dir/name.json``. Returns (result, rows)."""
+    shapes = QUICK_SHAPES if quick else CPU_SHAPES + GPT2_SHAPES
+    with one_cpu_thread():
+        t0 = time.perf_counter()
+        rows = [r for s in shapes for r in measure(s, repeats)]
+        seconds = time.perf_counter() - t0
+    result = write_result(out_dir, name, dict(rows=rows), dict(shapes=shapes, repeats=repeats, quick=quick, **params), seconds)
+    return result, rows

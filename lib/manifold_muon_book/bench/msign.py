@@ -12,8 +12,7 @@ from pathlib import Path
 import torch
 
 from manifold_muon.msign import msign, msign_svd, singular_value_error
-from manifold_muon_lab.provenance import Stopwatch
-from .common import CPU_SHAPES, GPT2_SHAPES, QUICK_SHAPES, device, one_cpu_thread, time_call, write_result
+from .common import device, per_shape, time_call
 
 def svd_msign_fp32(G):
     U, _, Vh = torch.linalg.svd(G.float(), full_matrices=False)
@@ -38,11 +37,7 @@ def measure(shape, repeats: int, steps: int = 5, seed: int = 0) -> list[dict]:
 
 
 def main(out_dir: Path, quick: bool = False) -> dict:
-    shapes = QUICK_SHAPES if quick else CPU_SHAPES + GPT2_SHAPES
-    repeats = 5
-    with one_cpu_thread(), Stopwatch() as sw:
-        rows = [r for s in shapes for r in measure(s, repeats)]
-    result = write_result(out_dir, "msign", dict(rows=rows), dict(shapes=shapes, repeats=repeats, steps=5, quick=quick), sw.seconds)
+    result, rows = per_shape("msign", measure, out_dir, quick, dict(steps=5))
     for r in rows:
         print(f"{str(tuple(r['shape'])):>12} {r['method']:>14} {r['dtype']:>9}  sigma_err {r['sigma_error']:.3f}  "
               f"dist {r['rel_dist_to_svd']:.3f}  time/svd {r['time_ratio_to_svd']:.2f}")

@@ -18,8 +18,7 @@ import torch
 
 from manifold_muon.manifolds import get_manifold
 from manifold_muon.msign import msign
-from manifold_muon_lab.provenance import Stopwatch
-from .common import CPU_SHAPES, GPT2_SHAPES, QUICK_SHAPES, device, one_cpu_thread, time_call, write_result
+from .common import device, per_shape, time_call
 
 VARIANTS = {
     "stiefel/polar_express": ("stiefel", dict(msign="polar_express")),
@@ -47,12 +46,7 @@ def measure(shape, repeats, seed=0):
 
 
 def main(out_dir: Path, quick: bool = False) -> dict:
-    shapes = QUICK_SHAPES if quick else CPU_SHAPES + GPT2_SHAPES
-    repeats = 5
-    with one_cpu_thread(), Stopwatch() as sw:
-        rows = [r for s in shapes for r in measure(s, repeats)]
-    result = write_result(out_dir, "retractions", dict(rows=rows),
-                          dict(shapes=shapes, repeats=repeats, variants=list(VARIANTS), quick=quick), sw.seconds)
+    result, rows = per_shape("retractions", measure, out_dir, quick, dict(variants=list(VARIANTS)))
     for r in rows:
         print(f"{str(tuple(r['shape'])):>12} {r['variant']:>22}  time/stiefel {r['time_ratio_to_stiefel']:.2f}"
               f"  residual {r['residual']:.1e}")
