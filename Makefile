@@ -17,7 +17,7 @@ $(VENV)/.installed: requirements.txt requirements.lock pyproject.toml lib/pyproj
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet -r requirements.txt -c requirements.lock
-	$(PY) -m pip install --quiet --no-deps -e lib -e .
+	$(PY) -m pip install --quiet --no-deps -e ./lib -e .
 	$(PY) -m ipykernel install --sys-prefix --name python3 --display-name "Python 3 (manifold-muon)" >/dev/null
 	touch $@
 
@@ -71,7 +71,7 @@ test: install browser  ## lib tests, the wheel, nbval on the pages (two numerics
 WHEEL_DIR := build/wheel
 test-wheel: install  ## build the optimizer library's wheel, install it alone in a fresh virtualenv, run its README example
 	rm -rf $(WHEEL_DIR) lib/build lib/*.egg-info
-	$(PY) -m pip wheel --no-deps --no-build-isolation --quiet -w $(WHEEL_DIR) lib
+	$(PY) -m pip wheel --no-deps --no-build-isolation --quiet -w $(WHEEL_DIR) ./lib
 	rm -rf lib/build lib/*.egg-info
 	$(PYTHON) -m venv $(WHEEL_DIR)/venv
 	$(WHEEL_DIR)/venv/bin/pip install --quiet $(WHEEL_DIR)/manifold_muon-*.whl -c requirements.lock

@@ -136,3 +136,37 @@ def test_a_page_is_stale_only_when_a_run_or_claim_it_names_changes(tmp_path):
     ledger.write_text(ledger.read_text().replace("status: partly", "status: not confirmed"))
     assert pipeline.page_inputs_sha(reads, root) == before[reads]
     assert pipeline.page_inputs_sha(other, root) != before[other]
+
+
+RUN_TEMPLATE = """---
+jupytext:
+  text_representation: {extension: .md, format_name: myst}
+kernelspec: {display_name: Python 3, language: python, name: python3}
+---
+
+```{code-cell} ipython3
+:tags: [parameters]
+
+scale = "cpu"
+out_dir = None
+inputs_sha = None
+%s
+```
+
+```{code-cell} ipython3
+import json, pathlib
+pathlib.Path(out_dir, "metrics.json").write_text(json.dumps({"inputs_sha": inputs_sha, "workers": %s}))
+```
+"""
+
+
+@pytest.mark.parametrize("declares", [True, False])
+def test_runs_get_workers_only_when_their_template_takes_it(tmp_path, declares):
+    root = tmp_path / "book"
+    (root / "runs" / "presets").mkdir(parents=True)
+    (root / "_config.yml").write_text("title: t\n")
+    (root / "runs" / "w.md").write_text(RUN_TEMPLATE % (("workers = 1", "workers") if declares else ("", "None")))
+    (root / "runs" / "presets" / "w.yml").write_text("cpu: {n: 1}\n")
+    pipeline.do_runs(root, "cpu", force=True, workers=3)
+    written = json.loads((root / "runs" / "w" / "cpu" / "metrics.json").read_text())
+    assert written == {"inputs_sha": pipeline.run_inputs_sha("w", "cpu", root), "workers": 3 if declares else None}

@@ -290,8 +290,13 @@ def _execute(src: Path, dst: Path, cwd: Path, parameters: dict | None, timeout: 
     return time.perf_counter() - t0
 
 
-def do_runs(root: Path, scale: str, force: bool, only: list[str] | None = None, out_root: Path | None = None) -> list[str]:
+def do_runs(root: Path, scale: str, force: bool, only: list[str] | None = None, out_root: Path | None = None,
+            workers: int | None = None) -> list[str]:
+    """Execute the run notebooks at ``scale`` whose outputs are missing or stale (all with ``force``). A
+    template whose parameters cell has ``workers`` gets ``workers`` (default: one per CPU core): its
+    independent training runs go that many at a time, each in its own single-threaded process."""
     done = []
+    workers = workers or os.cpu_count() or 1
     for name in only or run_templates(root):
         load_run_preset(name, scale, root)  # refuse an unknown scale before any work
         template_md, template_nb = root / "runs" / f"{name}.md", root / "runs" / f"{name}.ipynb"
@@ -304,8 +309,10 @@ def do_runs(root: Path, scale: str, force: bool, only: list[str] | None = None, 
             continue
         out.mkdir(parents=True, exist_ok=True)
         print(f"[runs] {name} @ {scale}: executing ...", flush=True)
-        dt = _execute(template_nb, out / "run.ipynb", root / "runs",
-                      {"scale": scale, "out_dir": str(out), "inputs_sha": sha})
+        params = {"scale": scale, "out_dir": str(out), "inputs_sha": sha}
+        if re.search(r"^workers\s*=", template_md.read_text(), re.M):
+            params["workers"] = workers
+        dt = _execute(template_nb, out / "run.ipynb", root / "runs", params)
         if not metrics.exists():
             raise RuntimeError(f"runs/{name}.md ran but wrote no {metrics}; it must end by writing its metrics")
         print(f"[runs] {name} @ {scale}: done in {dt:.1f} s")
@@ -396,6 +403,8 @@ def main(argv=None) -> None:
     ap.add_argument("what", choices=["runs", "chapters", "smoke", "status"])
     ap.add_argument("--scale", default="cpu")
     ap.add_argument("--force", action="store_true", help="execute even what is up to date")
+    ap.add_argument("--workers", type=int, default=None,
+                    help="runs: independent training runs at a time, one process each (default: one per CPU core)")
     ap.add_argument("--only", nargs="*", help="run names (runs) or page paths such as chapters/01_muon_msign.md (chapters)")
     args = ap.parse_args(argv)
     try:
@@ -406,7 +415,7 @@ def main(argv=None) -> None:
     previous = signal.signal(signal.SIGTERM, _stop)
     try:
         if args.what == "runs":
-            do_runs(root, args.scale, args.force, args.only)
+            do_runs(root, args.scale, args.force, args.only, workers=args.workers)
         elif args.what == "chapters":
             do_chapters(root, args.force, args.only)
         elif args.what == "smoke":
