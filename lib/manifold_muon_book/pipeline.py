@@ -297,8 +297,7 @@ def do_runs(root: Path, scale: str, force: bool, only: list[str] | None = None, 
     independent training runs go that many at a time, each in its own single-threaded process."""
     done = []
     workers = workers or os.cpu_count() or 1
-    for name in only or run_templates(root):
-        load_run_preset(name, scale, root)  # refuse an unknown scale before any work
+    for name in _selected_runs(root, scale, only):
         template_md, template_nb = root / "runs" / f"{name}.md", root / "runs" / f"{name}.ipynb"
         _md_to_ipynb(template_md, template_nb, keep_outputs=False)
         out = (out_root or root / "runs") / name / scale
@@ -322,14 +321,7 @@ def do_runs(root: Path, scale: str, force: bool, only: list[str] | None = None, 
 
 def do_chapters(root: Path, force: bool, only: list[str] | None = None) -> list[str]:
     done = []
-    selected = pages(root)
-    if only:
-        wanted = {(root / o).resolve() for o in only}
-        unknown = wanted - {p.resolve() for p in selected}
-        if unknown:
-            raise ValueError(f"not a book page: {', '.join(map(str, sorted(unknown)))}; pages are {', '.join(str(p.relative_to(root)) for p in selected)}")
-        selected = [p for p in selected if p.resolve() in wanted]
-    for md in selected:
+    for md in _selected_pages(root, only):
         ipynb = md.with_suffix(".ipynb")
         sha = page_inputs_sha(md, root)
         if not force and _stored_sha(ipynb) == sha:
@@ -381,21 +373,37 @@ def _stop(signum, frame):
     raise _Stopped(signum)
 
 
+def _selected_runs(root: Path, scale: str, only: list[str] | None) -> list[str]:
+    """The runs to execute (``only``, else all), refusing an unknown run or scale before any work."""
+    names = run_templates(root)
+    unknown = sorted(set(only or []) - set(names))
+    if unknown:
+        raise ValueError(f"no run {', '.join(map(repr, unknown))}; runs are {', '.join(names)}")
+    selected = only or names
+    for name in selected:
+        load_run_preset(name, scale, root)
+    return selected
+
+
+def _selected_pages(root: Path, only: list[str] | None) -> list[Path]:
+    """The pages to execute (``only``, as paths from the root, else all), refusing one that is not a page."""
+    every = pages(root)
+    if not only:
+        return every
+    unknown = [o for o in only if (root / o).resolve() not in {p.resolve() for p in every}]
+    if unknown:
+        raise ValueError(f"not a book page: {', '.join(unknown)}; pages are "
+                         f"{', '.join(str(p.relative_to(root)) for p in every)}")
+    wanted = {(root / o).resolve() for o in only}
+    return [p for p in every if p.resolve() in wanted]
+
+
 def _check_args(root: Path, args) -> None:
     """Refuse an unknown run, scale or page before anything executes."""
-    if args.what in ("runs", "status"):
-        names = run_templates(root)
-        unknown = sorted(set(args.only or []) - set(names)) if args.what == "runs" else []
-        if unknown:
-            raise ValueError(f"no run {', '.join(map(repr, unknown))}; runs are {', '.join(names)}")
-        for name in (args.only or names) if args.what == "runs" else []:
-            load_run_preset(name, args.scale, root)
-    elif args.what == "chapters" and args.only:
-        selected = {p.resolve() for p in pages(root)}
-        unknown = sorted(str(o) for o in args.only if (root / o).resolve() not in selected)
-        if unknown:
-            raise ValueError(f"not a book page: {', '.join(unknown)}; pages are "
-                             f"{', '.join(str(p.relative_to(root)) for p in pages(root))}")
+    if args.what == "runs":
+        _selected_runs(root, args.scale, args.only)
+    elif args.what == "chapters":
+        _selected_pages(root, args.only)
 
 
 def main(argv=None) -> None:
