@@ -99,6 +99,29 @@ def test_low_precision_certificate_is_honest(name, shape, dtype):
     assert float((certified_gap(M, W, G, sol) - claimed).max()) <= 1e-4
 
 
+def test_over_relaxation_takes_fewer_iterations_to_the_same_certificate():
+    """relax = 1.8 (the default) against plain ADMM (relax = 1) on momenta with a realistic spectrum (sigma_i ~
+    i^-1.2, LayerNorm's null direction on the wide one): both reach the same certified gap, the relaxed one
+    in fewer iterations in total; an over-relaxation outside (0, 2) is refused."""
+    from manifold_muon_book.bench.momenta import synthetic_momentum
+
+    totals = {1.0: 0, 1.8: 0}
+    for name, shape, writes_residual in [("stiefel", (96, 32), False), ("dgram", (128, 32), False),
+                                         ("dgram", (32, 128), True)]:
+        g = torch.Generator().manual_seed(0)
+        M = get_manifold(name)
+        W = M.random_point(shape, generator=g, dtype=torch.float64)
+        G = synthetic_momentum(shape, 1.2, 1.0, writes_residual, generator=g).double()
+        for relax in totals:
+            sol = gram_solve(W, G, M.gram_projector, steps=200, tol=1e-4, relax=relax)
+            assert float(sol.gap) <= 1e-4 and float(certified_gap(M, W, G, sol)) <= 1.1e-4
+            totals[relax] += int(sol.iterations)
+    assert totals[1.8] <= 0.8 * totals[1.0], totals
+    M, W, G = problem("dgram", (12, 5), 0)
+    with pytest.raises(ValueError, match="over-relaxation"):
+        gram_solve(W, G, M.gram_projector, relax=2.0)
+
+
 def test_square_stiefel_is_the_closed_form_without_iterations():
     """A = W msign(skew(W^T G)) on a square Stiefel point: certified at once, no ADMM iteration."""
     M, W, G = problem("stiefel", (3, 7, 7), 4)

@@ -328,16 +328,27 @@ def certificate(pic: GramPicture, Lambda, U=None, rtol=None):
     return A, value, s.sum(-1)
 
 
-def admm_gram(pic: GramPicture, Lambda, U, rho, steps):
+def admm_gram(pic: GramPicture, Lambda, U, rho, steps, relax=1.0):
     """``steps`` iterations of Buchanan's ADMM (as ``admm``) on span coefficients; returns (Lambda, U), U the
     scaled multiplier (a primal candidate). One iteration, from (Lambda, U):
-        Z+     = G + 2 W Lambda + U
+        Y      = G + 2 W Lambda, over-relaxed: Y <- relax Y + (1 - relax) X_prev   (not in the first iteration)
+        Z+     = Y + U / rho
         X      = svt(Z+, 1/rho)                      one n x n eigh of (Z+)^T Z+
-        U      = Z+ - X
-        Lambda = argmin ||G + 2 W Lambda - X + U/rho ... ||: the least-squares multiplier of X - G - U."""
+        U      = rho (Z+ - X)
+        Lambda = argmin ||G + 2 W Lambda - X + U/rho ... ||: the least-squares multiplier of X - G - U/rho.
+    ``relax`` in (0, 2) is Eckstein and Bertsekas' over-relaxation (Boyd et al. 2011, section 3.4.3): every
+    value converges, 1 is plain ADMM; measured on recorded momenta (chapter 03), 1.8 reaches a relative
+    duality gap of 1e-3 in about 0.6x the iterations of plain ADMM. The first iteration of a call is
+    plain (X_prev is not carried between calls), so a call of k iterations relaxes k - 1 of them."""
+    if not 0 < relax < 2:
+        raise ValueError(f"admm_gram: over-relaxation must be in (0, 2), got {relax!r}")
     G = Span(pic.K0, pic.eye())
+    X = None
     for _ in range(steps):
-        Zp = z_of(pic, Lambda) + Span(U.a / rho, U.b / rho)
+        Y = z_of(pic, Lambda)
+        if X is not None and relax != 1.0:
+            Y = Span(relax * Y.a + (1 - relax) * X.a, relax * Y.b + (1 - relax) * X.b)
+        Zp = Y + Span(U.a / rho, U.b / rho)
         phi, _ = spectral_factor(gram(pic, Zp), lambda s: torch.where(s > 1 / rho, (s - 1 / rho) / torch.where(s > 0, s, 1), 0))
         X = Zp @ phi
         Ur = Zp - X
@@ -366,8 +377,8 @@ class GramSolve:
 
 
 def gram_solve(W, G, P, steps=16, tol=1e-3, rho=None, warm=None, check_every=4, dtype=torch.float64,
-               normalize=True) -> GramSolve:
-    """The default inner solve: Gram-space ADMM with a certificate stop.
+               normalize=True, relax=1.8) -> GramSolve:
+    """The default inner solve: Gram-space ADMM (over-relaxed, ``relax``; see ``admm_gram``) with a certificate stop.
 
     Starts from the better certified of two points: cold, the tangent projection (``tangent_init``,
     U = 0), and ``warm`` = (Lambda, U), a previous solve's (e.g. the previous optimizer step's), if given.
@@ -386,6 +397,8 @@ def gram_solve(W, G, P, steps=16, tol=1e-3, rho=None, warm=None, check_every=4, 
     fall like i^-1.3, dropping the rest cost up to 4% of the retracted weight on square Stiefel at
     lr 0.1; in float64 the m x n products' own float32 rounding, ~1e-7, is the limit, and directions
     below 1e-6 of the largest are treated as null); G rescaled to unit RMS unless ``normalize=False``."""
+    if not 0 < relax < 2:
+        raise ValueError(f"gram_solve: over-relaxation must be in (0, 2) (1: plain ADMM), got {relax!r}")
     rtol = 1e-3 if dtype != torch.float64 else (1e-7 if W.dtype == torch.float64 else 1e-6)
     if W.dtype not in (torch.float32, torch.float64):  # bfloat16 / float16 in: products in float32
         W, G = W.float(), G.float()
@@ -407,7 +420,7 @@ def gram_solve(W, G, P, steps=16, tol=1e-3, rho=None, warm=None, check_every=4, 
     while iterations.max() < steps and not bool((gap <= tol).all()):
         k = min(check_every, steps - int(iterations.max()))
         moving = gap > tol
-        Lambda_k, U_k = admm_gram(pic, Lambda, U, rho, k)
+        Lambda_k, U_k = admm_gram(pic, Lambda, U, rho, k, relax)
         Lambda = torch.where(moving[..., None, None], Lambda_k, Lambda)
         U = U_k.where(moving, U)
         iterations = iterations + k * moving
