@@ -6,7 +6,7 @@
 
 Inner solvers (``inner``):
 
-* ``"gram_admm"`` (default): ``inner_solvers.gram_solve``, Buchanan's ADMM run on n x n coefficients,
+* ``"gram_admm"`` (default): ``inner_solvers.gram_solve``, Buchanan's ADMM (over-relaxed) run on n x n coefficients,
   warm-started from the previous step's multipliers, stopped by a certificate (relative duality gap
   <= ``tol``) or after ``inner_steps`` iterations; the direction and the retraction are fused into one
   final product (the retraction's Gram matrix is known in n x n, ``GramManifold.retraction_factor``).

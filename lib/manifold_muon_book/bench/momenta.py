@@ -21,8 +21,9 @@ import torch
 __all__ = ["record_momenta", "spectral_decay", "synthetic_momentum", "correlated"]
 
 
-def record_momenta(steps, preset: str = "cpu", seed: int = 1337, threads: int = 1) -> dict:
-    """{step: {name: (W, G, manifold name)}} for the constrained weights of a ``preset`` run (float32, CPU)."""
+def record_momenta(steps, preset: str = "cpu", seed: int = 1337, threads: int = 1, **overrides) -> dict:
+    """{step: {name: (W, G, manifold name)}} for the constrained weights of a ``preset`` run (float32, CPU);
+    ``overrides`` change the preset's fields (e.g. the width, to record at GPT-2 small's shapes)."""
     from manifold_muon import build_optimizers, retract_parameters
     from manifold_muon.optim import ManifoldMuon
     from manifold_muon_lab.config import load_preset
@@ -32,7 +33,7 @@ def record_momenta(steps, preset: str = "cpu", seed: int = 1337, threads: int = 
 
     from ..pipeline import repo_root
 
-    cfg = load_preset(preset, repo_root() / "runs" / "presets" / "training", seed=seed)
+    cfg = load_preset(preset, repo_root() / "runs" / "presets" / "training", seed=seed, **overrides)
     old = torch.get_num_threads()
     torch.set_num_threads(threads)
     try:
