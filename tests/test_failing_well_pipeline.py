@@ -84,3 +84,43 @@ def test_a_bad_pipeline_argument_is_one_sentence_and_exit_code_2(argv, expected,
     assert e.value.code == 2
     err = capsys.readouterr().err
     assert expected in err and "Traceback" not in err
+
+
+HANGING = """
+import signal, subprocess, sys, time
+from pathlib import Path
+from manifold_muon_book import pipeline
+pipeline.STOP_GRACE_S = 1.0
+work = Path(sys.argv[1])
+work.write_text("half-written")
+pipeline._WORKING.add(work)
+child = subprocess.Popen(["sleep", "300"])
+Path(sys.argv[2]).write_text(str(child.pid))
+signal.signal(signal.SIGINT, pipeline._stop)
+while True:  # an unwinding that swallows the interrupt and never ends: what the watchdog is for
+    try:
+        time.sleep(100)
+    except KeyboardInterrupt:
+        pass
+"""
+
+
+def test_the_watchdog_ends_a_stop_that_hangs(tmp_path):
+    """If the orderly unwinding after Ctrl-C hangs, the watchdog removes the working file, kills the child
+    process (a kernel, here `sleep`) and exits with 130, STOP_GRACE_S after the signal."""
+    work, marker = tmp_path / ".page.src.ipynb", tmp_path / "child.pid"
+    proc = subprocess.Popen([sys.executable, "-c", HANGING, str(work), str(marker)], stderr=subprocess.PIPE, text=True)
+    deadline = time.time() + 60
+    while not marker.exists() or not marker.read_text():
+        assert proc.poll() is None and time.time() < deadline, proc.communicate()[1][-3000:]
+        time.sleep(0.1)
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=30)
+    assert proc.returncode == 130, err[-3000:]
+    assert "did not shut down within 1 s and was killed" in err
+    assert not work.exists()
+    child = int(marker.read_text())
+    deadline = time.time() + 10
+    while _alive(child) and time.time() < deadline:
+        time.sleep(0.1)
+    assert not _alive(child), "the child outlived the pipeline"

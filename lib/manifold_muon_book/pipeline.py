@@ -21,7 +21,9 @@ Executions see ``MANIFOLD_MUON_DATA_DIR=<root>/data``, so every run and page sha
 Stopped by SIGINT (Ctrl-C) or SIGTERM, the pipeline removes its hidden working notebooks
 (``.<name>.src.ipynb``, ``.<name>.tmp.ipynb``), shuts its kernel down and exits with 130 or 143: a killed
 ``pipeline chapters`` leaves no untracked files. A notebook that fails on an error is kept as
-``<name>.failed.ipynb`` (git-ignored) to read the error in.
+``<name>.failed.ipynb`` (git-ignored) to read the error in. Should the orderly unwinding (papermill asking
+the kernel to shut down) hang, a watchdog ends it ``STOP_GRACE_S`` seconds after the signal: it removes the
+working notebooks, kills the pipeline's child processes (the kernel) and exits with the same code.
 
 Usage: ``python -m manifold_muon_book.pipeline {runs,chapters,smoke,status} [--scale S] [--force]``.
 """
@@ -36,6 +38,7 @@ import os
 import re
 import signal
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -272,6 +275,7 @@ def _execute(src: Path, dst: Path, cwd: Path, parameters: dict | None, timeout: 
     os.environ.setdefault("MANIFOLD_MUON_DATA_DIR", str(repo_root(cwd) / "data"))  # the kernel inherits it
     tmp = dst.with_name(f".{dst.stem}.tmp.ipynb")
     t0 = time.perf_counter()
+    _WORKING.add(tmp)
     try:
         pm.execute_notebook(
             str(src), str(tmp), parameters=parameters or {}, cwd=str(cwd), kernel_name="python3",
@@ -286,6 +290,8 @@ def _execute(src: Path, dst: Path, cwd: Path, parameters: dict | None, timeout: 
     except BaseException:  # interrupted (SIGINT, or SIGTERM via _stop): nothing half-written stays
         tmp.unlink(missing_ok=True)
         raise
+    finally:
+        _WORKING.discard(tmp)
     os.replace(tmp, dst)
     return time.perf_counter() - t0
 
@@ -329,11 +335,13 @@ def do_chapters(root: Path, force: bool, only: list[str] | None = None) -> list[
             continue
         print(f"[pages] {md.relative_to(root)}: executing ...", flush=True)
         source = ipynb.with_name(f".{ipynb.stem}.src.ipynb")  # the stored .ipynb is replaced only on success
+        _WORKING.add(source)
         try:
             _md_to_ipynb(md, source, keep_outputs=False)
             dt = _execute(source, ipynb, md.parent, None)
         finally:
             source.unlink(missing_ok=True)
+            _WORKING.discard(source)
         nb = json.loads(ipynb.read_text())
         nb["metadata"][SHA_KEY] = sha
         nb["metadata"].pop("papermill", None)
@@ -369,7 +377,43 @@ class _Stopped(BaseException):
     """SIGTERM, raised where the pipeline is, so that its ``finally`` clauses clean up as for Ctrl-C."""
 
 
+STOP_GRACE_S = 30.0  # after a stop signal, how long the orderly unwinding may take before the watchdog ends it
+_WORKING: set[Path] = set()  # the hidden working notebooks in use, removed on every way out
+
+
+def _child_pids() -> list[int]:
+    """The pipeline's child processes (a notebook's kernel), from /proc (Linux); none found elsewhere."""
+    pids = []
+    for task in Path("/proc/self/task").glob("*"):
+        try:
+            pids += [int(p) for p in (task / "children").read_text().split()]
+        except (OSError, ValueError):
+            pass
+    return pids
+
+
+def _force_exit(signum: int) -> None:
+    """The watchdog: the orderly unwinding did not finish in time; do its work and leave."""
+    for path in list(_WORKING):
+        path.unlink(missing_ok=True)
+    for pid in _child_pids():
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    print(f"[pipeline] stopped by {signal.Signals(signum).name}; the kernel did not shut down within "
+          f"{STOP_GRACE_S:.0f} s and was killed; the working files are removed, the stored notebooks untouched",
+          file=sys.stderr, flush=True)
+    os._exit(128 + signum)
+
+
 def _stop(signum, frame):
+    """SIGINT and SIGTERM: arm the watchdog, then unwind (Ctrl-C as KeyboardInterrupt, SIGTERM as _Stopped)."""
+    watchdog = threading.Timer(STOP_GRACE_S, _force_exit, args=(signum,))
+    watchdog.daemon = True
+    watchdog.start()
+    if signum == signal.SIGINT:
+        raise KeyboardInterrupt
     raise _Stopped(signum)
 
 
@@ -420,7 +464,7 @@ def main(argv=None) -> None:
         _check_args(root, args)
     except (ValueError, FileNotFoundError) as e:   # a bad argument: one sentence, exit code 2, before any work
         ap.error(str(e))
-    previous = signal.signal(signal.SIGTERM, _stop)
+    previous = {sig: signal.signal(sig, _stop) for sig in (signal.SIGTERM, signal.SIGINT)}
     try:
         if args.what == "runs":
             do_runs(root, args.scale, args.force, args.only, workers=args.workers)
@@ -436,7 +480,8 @@ def main(argv=None) -> None:
               "notebooks untouched", file=sys.stderr, flush=True)
         sys.exit(128 + signum)
     finally:
-        signal.signal(signal.SIGTERM, previous)
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
 
 
 if __name__ == "__main__":
