@@ -328,6 +328,11 @@ def certificate(pic: GramPicture, Lambda, U=None, rtol=None):
     return A, value, s.sum(-1)
 
 
+def _check_relax(relax, caller: str) -> None:
+    if not 0 < relax < 2:
+        raise ValueError(f"{caller}: over-relaxation must be in (0, 2) (1: plain ADMM), got {relax!r}")
+
+
 def admm_gram(pic: GramPicture, Lambda, U, rho, steps, relax=1.0):
     """``steps`` iterations of Buchanan's ADMM (as ``admm``) on span coefficients; returns (Lambda, U), U the
     scaled multiplier (a primal candidate). One iteration, from (Lambda, U):
@@ -337,11 +342,10 @@ def admm_gram(pic: GramPicture, Lambda, U, rho, steps, relax=1.0):
         U      = rho (Z+ - X)
         Lambda = argmin ||G + 2 W Lambda - X + U/rho ... ||: the least-squares multiplier of X - G - U/rho.
     ``relax`` in (0, 2) is Eckstein and Bertsekas' over-relaxation (Boyd et al. 2011, section 3.4.3): every
-    value converges, 1 is plain ADMM; measured on recorded momenta (chapter 03), 1.8 reaches a relative
-    duality gap of 1e-3 in about 0.6x the iterations of plain ADMM. The first iteration of a call is
-    plain (X_prev is not carried between calls), so a call of k iterations relaxes k - 1 of them."""
-    if not 0 < relax < 2:
-        raise ValueError(f"admm_gram: over-relaxation must be in (0, 2), got {relax!r}")
+    value converges, 1 is plain ADMM; chapter 03 measures how many fewer iterations 1.8 needs to a given
+    certificate on momenta with a realistic spectrum. The first iteration of a call is plain (X_prev is
+    not carried between calls), so a call of k iterations relaxes k - 1 of them."""
+    _check_relax(relax, "admm_gram")
     G = Span(pic.K0, pic.eye())
     X = None
     for _ in range(steps):
@@ -397,8 +401,7 @@ def gram_solve(W, G, P, steps=16, tol=1e-3, rho=None, warm=None, check_every=4, 
     fall like i^-1.3, dropping the rest cost up to 4% of the retracted weight on square Stiefel at
     lr 0.1; in float64 the m x n products' own float32 rounding, ~1e-7, is the limit, and directions
     below 1e-6 of the largest are treated as null); G rescaled to unit RMS unless ``normalize=False``."""
-    if not 0 < relax < 2:
-        raise ValueError(f"gram_solve: over-relaxation must be in (0, 2) (1: plain ADMM), got {relax!r}")
+    _check_relax(relax, "gram_solve")
     rtol = 1e-3 if dtype != torch.float64 else (1e-7 if W.dtype == torch.float64 else 1e-6)
     if W.dtype not in (torch.float32, torch.float64):  # bfloat16 / float16 in: products in float32
         W, G = W.float(), G.float()
