@@ -62,3 +62,33 @@ def test_every_config_is_checked_before_any_run_starts(tmp_path, workers):
 def test_workers_must_be_a_positive_count(tmp_path):
     with pytest.raises(ValueError, match="workers=0 must be a positive int"):
         T.sweep([cfg(tmp_path, "a")], workers=0)
+
+
+NOISY = "manifold_muon_book.evidence:noisy_msign_muon"
+
+
+def test_a_context_reaches_every_run_in_whichever_process_trains_it(tmp_path):
+    """The msign-tolerance run trains Muon with a noisy matrix sign, swapped into the optimizer registry by a
+    context manager; named as the sweep's ``context`` it reaches the worker processes too, and a worker's
+    run gives the weights of the same run trained in this process, to the bit."""
+    noisy = [cfg(tmp_path / mode, f"eps{eps}", assignment="unconstrained", optimizer={"msign_noise": eps})
+             for mode in ("seq", "par") for eps in (0.0, 0.5)]
+    seq = T.sweep(noisy[:2], progress=False, workers=1, context=NOISY)
+    par = T.sweep(noisy[2:], progress=False, workers=2, context=NOISY)
+    assert [r["status"] for r in seq + par] == ["completed"] * 4
+    for a, b in zip(noisy[:2], noisy[2:]):
+        wa, wb = weights(a.out_dir), weights(b.out_dir)
+        assert all(torch.equal(wa[k], wb[k]) for k in wa)
+    w0, w5 = weights(noisy[2].out_dir), weights(noisy[3].out_dir)
+    assert not all(torch.equal(w0[k], w5[k]) for k in w0)   # the noise level reached the worker's optimizer
+
+
+@pytest.mark.parametrize("context, message", [
+    ("manifold_muon_book.evidence.noisy_msign_muon", "must be 'module:function'"),
+    ("no_such_module_here:f", "cannot import 'no_such_module_here'"),
+    ("manifold_muon_book.evidence:no_such_function", "has no callable 'no_such_function'"),
+])
+def test_a_bad_context_is_refused_before_any_run_starts(tmp_path, context, message):
+    with pytest.raises(ValueError, match=message):
+        T.sweep([cfg(tmp_path, "a"), cfg(tmp_path, "b")], progress=False, workers=2, context=context)
+    assert not (tmp_path / "a").exists()

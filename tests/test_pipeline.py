@@ -170,3 +170,35 @@ def test_runs_get_workers_only_when_their_template_takes_it(tmp_path, declares):
     pipeline.do_runs(root, "cpu", force=True, workers=3)
     written = json.loads((root / "runs" / "w" / "cpu" / "metrics.json").read_text())
     assert written == {"inputs_sha": pipeline.run_inputs_sha("w", "cpu", root), "workers": 3 if declares else None}
+
+
+def test_makespan_schedules_the_longest_jobs_first():
+    assert pipeline.makespan([], 2) == 0.0
+    assert pipeline.makespan([2.0, 3.0, 4.0, 3.0], 2) == 6.0           # {4, 2} and {3, 3}
+    assert pipeline.makespan([3.0, 3.0, 2.0, 2.0, 2.0], 2) == 7.0      # greedy, as a pool is: not the best split (6)
+    assert pipeline.makespan([5.0, 1.0, 1.0], 4) == 5.0               # never below the longest job
+    assert pipeline.makespan([1.0, 2.0, 3.0], 1) == 6.0
+
+
+def test_the_estimate_parallelises_only_what_a_template_runs_in_parallel(tmp_path):
+    """``estimate`` counts the recorded jobs of a template with ``workers`` on the cores and the rest of its
+    notebook in one process; a template without ``workers`` runs its jobs one after the other; a notebook
+    that resumed finished jobs (recorded wall below their schedule) is counted as jobs plus its own time."""
+    root = tmp_path / "book"
+    (root / "runs" / "presets").mkdir(parents=True)
+    (root / "_config.yml").write_text("title: t\n")
+    cases = {"par": ("workers = 1\n", 10 * 60.0 + 8 * 60.0, [240.0, 240.0, 240.0, 240.0], 1),
+             "ser": ("", 4 * 60.0 + 60.0, [120.0, 120.0], 1),
+             "resumed": ("workers = 1\n", 30.0, [600.0, 600.0], 2)}
+    for name, (param, wall, jobs, then) in cases.items():
+        (root / "runs" / f"{name}.md").write_text(f"# {name}\n\n```{{code-cell}} ipython3\n{param}```\n")
+        (root / "runs" / "presets" / f"{name}.yml").write_text("cpu: {}\n")
+        out = pipeline.run_dir(name, "cpu", root)
+        out.mkdir(parents=True)
+        (out / "metrics.json").write_text(json.dumps({
+            "runs": [{"wall_time_s": t} for t in jobs],
+            "provenance": {"wall_time_s": wall, "parameters": {"workers": then}}}))
+    rows = {r["run"]: r for r in pipeline.estimate(root, "cpu", workers=2)}
+    assert rows["par"]["rest_s"] == 2 * 60.0 and rows["par"]["estimate_s"] == 8 * 60.0 + 2 * 60.0
+    assert rows["ser"]["rest_s"] == 60.0 and rows["ser"]["estimate_s"] == 5 * 60.0
+    assert rows["resumed"]["rest_s"] == 30.0 and rows["resumed"]["estimate_s"] == 600.0 + 30.0

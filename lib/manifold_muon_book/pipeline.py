@@ -25,7 +25,8 @@ Stopped by SIGINT (Ctrl-C) or SIGTERM, the pipeline removes its hidden working n
 the kernel to shut down) hang, a watchdog ends it ``STOP_GRACE_S`` seconds after the signal: it removes the
 working notebooks, kills the pipeline's child processes (the kernel) and exits with the same code.
 
-Usage: ``python -m manifold_muon_book.pipeline {runs,chapters,smoke,status} [--scale S] [--force]``.
+Usage: ``python -m manifold_muon_book.pipeline {runs,chapters,smoke,status,estimate} [--scale S] [--force]``
+(``estimate [--workers N]``: how long ``make reproduce`` takes on N cores, from the times the runs recorded).
 """
 
 from __future__ import annotations
@@ -373,6 +374,67 @@ def status(root: Path, scale: str) -> None:
         print(f"page {str(md.relative_to(root)):30s} {'':8s} {'up to date' if ok else 'STALE'}")
 
 
+def _job_seconds(metrics: dict) -> list[float]:
+    """The single-process seconds of a run's independent jobs, as it recorded them: every training run's
+    ``wall_time_s`` under ``runs``, or every shape's under ``shape_seconds``."""
+    def walk(v):
+        if isinstance(v, dict):
+            for k, x in v.items():
+                if k == "wall_time_s" and isinstance(x, (int, float)):
+                    yield float(x)
+                elif k != "provenance":
+                    yield from walk(x)
+        elif isinstance(v, list):
+            for x in v:
+                yield from walk(x)
+    return list(walk(metrics.get("runs", {}))) + [float(x) for x in metrics.get("shape_seconds", {}).values()]
+
+
+def makespan(jobs: list[float], workers: int) -> float:
+    """Wall time of independent ``jobs`` on ``workers`` processes, longest first to the least loaded one
+    (a pool that hands the next job to whichever worker frees first does about as well)."""
+    load = [0.0] * max(1, workers)
+    for t in sorted(jobs, reverse=True):
+        load[load.index(min(load))] += t
+    return max(load)
+
+
+def estimate(root: Path, scale: str, workers: int) -> list[dict]:
+    """What ``make reproduce SCALE=scale`` would take on ``workers`` cores, from the times this build's runs
+    recorded: per run, its independent jobs scheduled on ``workers`` processes plus the rest of its notebook
+    (recording, analysis), which runs in one process. A notebook that resumed finished jobs recorded only
+    its own time, which is then counted whole. An estimate: the recorded times are as good as the machine
+    was idle when they were taken."""
+    rows = []
+    for name in run_templates(root):
+        m = run_dir(name, scale, root) / "metrics.json"
+        if not m.exists():
+            rows.append(dict(run=name, jobs=0, job_s=0.0, rest_s=float("nan"), estimate_s=float("nan")))
+            continue
+        metrics = json.loads(m.read_text())
+        prov = metrics.get("provenance", {})
+        wall = float(prov.get("wall_time_s") or 0.0)
+        jobs = _job_seconds(metrics)
+        then = int((prov.get("parameters") or {}).get("workers") or 1)
+        done_then = makespan(jobs, then) if jobs else 0.0
+        rest = wall - done_then if wall >= done_then else wall
+        now = workers if re.search(r"^workers\s*=", (root / "runs" / f"{name}.md").read_text(), re.M) else 1
+        rows.append(dict(run=name, jobs=len(jobs), job_s=sum(jobs), rest_s=rest,
+                         estimate_s=(makespan(jobs, now) if jobs else 0.0) + rest))
+    return rows
+
+
+def print_estimate(root: Path, scale: str, workers: int) -> None:
+    rows = estimate(root, scale, workers)
+    print(f"{'run':22s} {'jobs':>5s} {'jobs, 1 process':>16s} {'rest':>9s} {f'on {workers} core(s)':>14s}")
+    for r in rows:
+        print(f"{r['run']:22s} {r['jobs']:5d} {r['job_s'] / 60:13.1f} min {r['rest_s'] / 60:5.1f} min "
+              f"{r['estimate_s'] / 60:10.1f} min")
+    total = sum(r["estimate_s"] for r in rows)
+    print(f"make reproduce SCALE={scale} on {workers} core(s): about {total / 3600:.2f} h of runs (estimated from "
+          "the times they recorded), plus executing the pages (minutes)")
+
+
 class _Stopped(BaseException):
     """SIGTERM, raised where the pipeline is, so that its ``finally`` clauses clean up as for Ctrl-C."""
 
@@ -452,7 +514,7 @@ def _check_args(root: Path, args) -> None:
 
 def main(argv=None) -> None:
     ap = argparse.ArgumentParser(prog="python -m manifold_muon_book.pipeline", description=__doc__.split("\n")[0])
-    ap.add_argument("what", choices=["runs", "chapters", "smoke", "status"])
+    ap.add_argument("what", choices=["runs", "chapters", "smoke", "status", "estimate"])
     ap.add_argument("--scale", default="cpu")
     ap.add_argument("--force", action="store_true", help="execute even what is up to date")
     ap.add_argument("--workers", type=int, default=None,
@@ -472,6 +534,8 @@ def main(argv=None) -> None:
             do_chapters(root, args.force, args.only)
         elif args.what == "smoke":
             do_smoke(root)
+        elif args.what == "estimate":
+            print_estimate(root, args.scale, args.workers or os.cpu_count() or 1)
         else:
             status(root, args.scale)
     except (KeyboardInterrupt, _Stopped) as e:

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import importlib
 import json
 import math
 import os
@@ -363,12 +364,37 @@ def _failure(cfg: TrainConfig, e: BaseException) -> dict:
     return {"status": f"failed: {type(e).__name__}: {e}", "out_dir": cfg.out_dir}
 
 
+def _context(name: str | None):
+    """The context manager named ``"module:function"`` (``sweep``'s ``context``), or a null context."""
+    if name is None:
+        return contextlib.nullcontext()
+    module, _, attr = name.partition(":")
+    return getattr(importlib.import_module(module), attr)()
+
+
+def _check_context(name: str | None) -> None:
+    """Refuse a ``context`` that does not name an importable callable, before any run starts."""
+    if name is None:
+        return
+    module, sep, attr = name.partition(":") if isinstance(name, str) else ("", "", "")
+    if not (sep and module and attr):
+        raise ValueError(f"context={name!r} must be 'module:function' naming a context-manager factory, "
+                         "e.g. 'manifold_muon_book.evidence:noisy_msign_muon'")
+    try:
+        found = callable(getattr(importlib.import_module(module), attr, None))
+    except ImportError as e:
+        raise ValueError(f"context={name!r}: cannot import {module!r} ({e}); every worker must import it") from e
+    if not found:
+        raise ValueError(f"context={name!r}: {module!r} has no callable {attr!r}")
+
+
 def _run_job(job: dict) -> dict:
     cfg = TrainConfig.from_dict(job["cfg"])
     torch.set_num_threads(cfg.threads or 1)
     try:
-        return {"kind": "done", "result": train(cfg, resume=job["resume"], progress=job["progress"],
-                                                prepare_data=job["prepare_data"])}
+        with _context(job.get("context")):
+            return {"kind": "done", "result": train(cfg, resume=job["resume"], progress=job["progress"],
+                                                    prepare_data=job["prepare_data"])}
     except Interrupted as e:
         return {"kind": "interrupted", "signum": e.signum, "result": e.summary}
     except (RuntimeError, FloatingPointError) as e:
@@ -441,7 +467,8 @@ def _error_from_child(record: dict) -> BaseException:
         return RuntimeError(f"{record['type']}: {record['message']}")
 
 
-def sweep(cfgs, resume: bool = True, progress: bool = True, workers: int | None = 1) -> list[dict]:
+def sweep(cfgs, resume: bool = True, progress: bool = True, workers: int | None = 1,
+          context: str | None = None) -> list[dict]:
     """Train independent configs, ``workers`` at a time; returns their summaries in the order of ``cfgs``.
 
     Every config is validated (and its memory estimate checked, ``workers`` runs at once) before the first
@@ -452,6 +479,10 @@ def sweep(cfgs, resume: bool = True, progress: bool = True, workers: int | None 
     k > 1 each run has its own process (spawned, one torch thread unless its config sets ``threads``), k at
     once; ``workers=None`` means one per available core. SIGINT or SIGTERM stops every run at its next step
     boundary with a checkpoint and raises ``Interrupted``; sweeping again resumes.
+
+    ``context``, ``"module:function"``, names a context-manager factory that every run is trained inside,
+    in whichever process trains it (e.g. ``"manifold_muon_book.evidence:noisy_msign_muon"``, which swaps
+    an optimizer in the registry): a patch made by the caller would not reach a worker's fresh interpreter.
     """
     cfgs = [TrainConfig.from_dict(c) if isinstance(c, dict) else c for c in cfgs]
     if workers is None:
@@ -459,26 +490,29 @@ def sweep(cfgs, resume: bool = True, progress: bool = True, workers: int | None 
     if not isinstance(workers, int) or workers < 1:
         raise ValueError(f"workers={workers!r} must be a positive int (or None: one per core)")
     workers = min(workers, max(1, len(cfgs)))
-    for c in cfgs:
-        validate(c)
-    for c in cfgs:
-        preflight(c, device="cuda:0" if c.device != "cpu" and torch.cuda.is_available() else "cpu",
-                  concurrent=workers)
+    _check_context(context)
+    with _context(context):  # the configs are checked as they will be trained
+        for c in cfgs:
+            validate(c)
+        for c in cfgs:
+            preflight(c, device="cuda:0" if c.device != "cpu" and torch.cuda.is_available() else "cpu",
+                      concurrent=workers)
     if workers == 1:
         results = []
         for c in cfgs:
             try:
-                results.append(train(c, resume=resume, progress=progress))
+                with _context(context):
+                    results.append(train(c, resume=resume, progress=progress))
             except (RuntimeError, FloatingPointError) as e:
                 results.append(_failure(c, e))
             except Interrupted as e:
                 e.results = results
                 raise
         return results
-    return _sweep_parallel(cfgs, resume, progress, workers)
+    return _sweep_parallel(cfgs, resume, progress, workers, context)
 
 
-def _sweep_parallel(cfgs: list, resume: bool, progress: bool, workers: int) -> list[dict]:
+def _sweep_parallel(cfgs: list, resume: bool, progress: bool, workers: int, context: str | None) -> list[dict]:
     import select
 
     for c in cfgs:  # prepare each data set once, here, not in k processes at the same time
@@ -504,12 +538,12 @@ def _sweep_parallel(cfgs: list, resume: bool, progress: bool, workers: int) -> l
                     if w.index is None and todo and error is None and stopped is None:
                         i = todo.pop(0)
                         w.send(i, {"cfg": cfgs[i].to_dict(), "resume": resume, "progress": progress,
-                                   "prepare_data": False})  # prepared above, or refused by preflight
+                                   "prepare_data": False, "context": context})  # prepared above, or refused by preflight
                 while todo and len(pool) < workers and error is None and stopped is None:
                     pool.append(_Worker(cfgs[todo[0]].threads))
                     i = todo.pop(0)
                     pool[-1].send(i, {"cfg": cfgs[i].to_dict(), "resume": resume, "progress": progress,
-                                      "prepare_data": False})
+                                      "prepare_data": False, "context": context})
                 if not busy():
                     break
                 ready, _, _ = select.select([w.result_r for w in busy()], [], [])
