@@ -265,11 +265,12 @@ class Recorder:
         """Write the ``update`` record of the step W_t -> W_{t+1} (``before`` from ``snapshot``)."""
         state = {p: st for opt in self.optimizers for p, st in opt.state.items()}
         record = {"kind": "update", "step": step, "grad_norm": before["grad_norm"], "rotation_angle": {},
-                  "relative_update": {}, "tangent_violation": {}}
+                  "relative_update": {}, "tangent_violation": {}, "duality_gap": {}, "inner_iterations": {}}
         for p, W_old in before["weights"].items():
             name = self.names[p]
             record["rotation_angle"][name] = rotation_angle(p, W_old)
             record["relative_update"][name] = relative_update(p, W_old)
-            if "tangent_violation" in state.get(p, {}):
-                record["tangent_violation"][name] = state[p]["tangent_violation"]
+            for key in ("tangent_violation", "duality_gap", "inner_iterations"):  # what the optimizer recorded
+                if key in state.get(p, {}):
+                    record[key][name] = state[p][key]
         self.emit(record)

@@ -33,6 +33,11 @@ from ..msign import DEFAULT
 from .base import MatrixOptimizer
 from .inner_solvers import Span, admm, dual_ascent, gram, gram_solve, rms
 
+
+def _sym2(S):
+    """S + S^T."""
+    return S + S.mT
+
 __all__ = ["ManifoldMuon", "POST_RECIPE"]
 
 # The blog post's inner solve, one argument away (inner="post"): what "Different Layers, Different
@@ -114,10 +119,10 @@ class ManifoldMuon(MatrixOptimizer):
         sol = gram_solve(W, G, M.gram_projector, steps=group["inner_steps"], tol=group["tol"], rho=group["rho"],
                          warm=warm)
         pic, A, lr = sol.picture, sol.A, group["lr"]
-        self._record(states, group, rms(M.gram_projector(pic.D @ A.a + A.a.mT @ pic.D)), sol)
+        self._record(states, group, rms(M.gram_projector(_sym2(pic.dmul(A.a)))), sol)
         # X = (1 - lr wd) W - lr A = W ((1 - lr wd) I - lr a) + C (-lr b): its Gram matrix is n x n
         X = Span((1 - lr * group["weight_decay"]) * pic.eye() - lr * A.a, -lr * A.b)
-        T = M.checked_factor(gram(pic, X).to(W.dtype))  # None: X^T X too ill conditioned: retract X itself
+        T = M.checked_factor(gram(pic, X, exact=True).to(W.dtype))  # None: X^T X too ill conditioned: retract X itself
         W_new = (X @ T.to(X.a.dtype)).matrix(pic) if T is not None else M.retract(X.matrix(pic))
         return W_new.mT if sol.wide else W_new
 
