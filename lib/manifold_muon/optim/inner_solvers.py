@@ -328,17 +328,32 @@ def inv_sqrt(s, rtol):
     return torch.where(keep, 1 / torch.where(keep, s, 1), 0)
 
 
-def feasible(pic: GramPicture, X: Span):
-    """X made primal feasible: its orthogonal tangent part X - W Gamma, shrunk into the unit op-norm ball.
-    Returns (X_feasible, <G, X_feasible>)."""
+def tangent_part(pic: GramPicture, X: Span):
+    """X - W Gamma: X's orthogonal projection onto the tangent space at W."""
     S = wt(pic, X)
-    X = Span(X.a - multiplier(pic, S + S.mT), X.b)
+    return Span(X.a - multiplier(pic, S + S.mT), X.b)
+
+
+def clip_op(pic: GramPicture, X: Span):
+    """X with every singular value above 1 set to 1: the nearest point of the unit op-norm ball (one eigh)."""
+    phi, _ = spectral_factor(gram(pic, X), lambda s: torch.where(s > 1, 1 / torch.where(s > 1, s, 1), torch.ones_like(s)))
+    return X @ phi
+
+
+def feasible(pic: GramPicture, X: Span, polish: int = 0):
+    """X made primal feasible: its orthogonal tangent part X - W Gamma, shrunk into the unit op-norm ball.
+    ``polish`` rounds of alternating projections (tangent part, then ``clip_op``) first: they move X towards
+    the intersection of the two sets, so the final uniform shrink costs less of its value. Whatever the
+    rounds do, the result is feasible and its value a lower bound on OPT. Returns (X_feasible, <G, X_feasible>)."""
+    for _ in range(polish):
+        X = clip_op(pic, tangent_part(pic, X))
+    X = tangent_part(pic, X)
     op = torch.linalg.eigvalsh(gram(pic, X))[..., -1].clamp_min(0).sqrt().clamp_min(1)
     X = X.scale(1 / op)
     return X, dot_G(pic, X)
 
 
-def certificate(pic: GramPicture, Lambda, U=None, rtol=None, tol=None):
+def certificate(pic: GramPicture, Lambda, U=None, rtol=None, tol=None, polish: int = 0):
     """(A, value, bound) with A feasible, value = <G, A> <= <G, A*> <= bound = ||G + 2 W Lambda||_* (weak duality).
 
     Candidates for A: msign(G + 2 W Lambda) and (ADMM) the scaled multiplier U, each made feasible; the
@@ -346,17 +361,18 @@ def certificate(pic: GramPicture, Lambda, U=None, rtol=None, tol=None):
     sub-optimality. All in n x n: one eigh and one eigvalsh for the msign candidate, one more eigvalsh
     for U. Given ``tol``, U is only tried where the msign candidate's gap is above it (a matrix already
     certified to ``tol`` keeps it, so a batch still gives each matrix what it would get alone), and not
-    at all when every matrix is certified."""
+    at all when every matrix is certified. ``polish``: rounds of ``feasible``'s alternating projections
+    for each candidate (one eigh each)."""
     rtol = rtol if rtol is not None else (1e-7 if pic.D.dtype == torch.float64 else 1e-3)
     Z = z_of(pic, Lambda)
     ZtZ = _sym(Z.a.mT @ pic.dmul(Z.a) + pic.R)  # gram(pic, Z) with Z's C-coefficient the identity
     Y, s = spectral_factor(ZtZ, lambda s: inv_sqrt(s, rtol))
-    A, value = feasible(pic, Span(Z.a @ Y, Y))
+    A, value = feasible(pic, Span(Z.a @ Y, Y), polish)
     bound = s.sum(-1)
     if U is not None:
         open_ = torch.ones_like(value, dtype=torch.bool) if tol is None else _relative_gap(value, bound) > tol
         if bool(open_.any()):
-            A_u, value_u = feasible(pic, U)
+            A_u, value_u = feasible(pic, U, polish)
             take = open_ & (value_u > value)
             A, value = A_u.where(take, A), torch.where(take, value_u, value)
     return A, value, bound
@@ -415,7 +431,7 @@ class GramSolve:
 
 
 def gram_solve(W, G, P, steps=16, tol=1e-3, rho=None, warm=None, check_every=4, dtype=torch.float64,
-               normalize=True, relax=1.8) -> GramSolve:
+               normalize=True, relax=1.8, polish=2) -> GramSolve:
     """The default inner solve: Gram-space ADMM (over-relaxed, ``relax``; see ``admm_gram``) with a certificate stop.
 
     Starts from the better certified of two points: cold, the tangent projection (``tangent_init``,
@@ -425,7 +441,12 @@ def gram_solve(W, G, P, steps=16, tol=1e-3, rho=None, warm=None, check_every=4, 
     whole solve is then one certificate (one eigh, one eigvalsh). Checks the certificate before iterating and
     every ``check_every`` iterations; a matrix whose relative duality gap is <= ``tol`` stops there (its
     state is frozen, so a batch gives each matrix what it would get alone); at most ``steps`` iterations.
-    Returns the best certified feasible direction of each matrix.
+    Returns the best certified feasible direction of each matrix. A matrix still above ``tol`` at the cap
+    gets its last certificate again with ``polish`` rounds of alternating projections on each candidate
+    (``feasible``; one eigh a round), kept where it certifies a smaller gap. Why: the dual converges much
+    faster than the primal candidates (measured on momenta with a training-like spectrum at 16 iterations:
+    the bound within 5e-5 of OPT, the candidates 2e-2 to 6e-2 below it), and two rounds cut the candidates'
+    shortfall three- to fivefold for the cost of about two ADMM iterations (chapter 03).
 
     Proven: the returned A is tangent (to rounding) with ||A||_op <= 1, and (OPT - <G, A>) / OPT <= gap.
     On a square Stiefel point the cold start is already optimal (Z = W skew(W^T G), msign keeps it
@@ -474,6 +495,11 @@ def gram_solve(W, G, P, steps=16, tol=1e-3, rho=None, warm=None, check_every=4, 
         iterations = iterations + k * moving
         A_k, value_k, bound_k = certificate(pic, Lambda, U, rtol, tol)
         A, gap = A_k.where(moving, A), torch.where(moving, _relative_gap(value_k, bound_k), gap)
+    if polish and not bool((gap <= tol).all()):  # at the cap: polish the candidates of the last certificate
+        A_p, value_p, bound_p = certificate(pic, Lambda, U, rtol, tol, polish)
+        gap_p = _relative_gap(value_p, bound_p)
+        take = (gap > tol) & (gap_p < gap)
+        A, gap = A_p.where(take, A), torch.where(take, gap_p, gap)
     return GramSolve(A, pic, Lambda, U, gap, iterations, wide)
 
 
