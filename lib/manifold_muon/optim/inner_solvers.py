@@ -443,10 +443,10 @@ def gram_solve(W, G, P, steps=16, tol=1e-3, rho=None, warm=None, check_every=4, 
     state is frozen, so a batch gives each matrix what it would get alone); at most ``steps`` iterations.
     Returns the best certified feasible direction of each matrix. A matrix still above ``tol`` at the cap
     gets its last certificate again with ``polish`` rounds of alternating projections on each candidate
-    (``feasible``; one eigh a round), kept where it certifies a smaller gap. Why: the dual converges much
-    faster than the primal candidates (measured on momenta with a training-like spectrum at 16 iterations:
-    the bound within 5e-5 of OPT, the candidates 2e-2 to 6e-2 below it), and two rounds cut the candidates'
-    shortfall three- to fivefold for the cost of about two ADMM iterations (chapter 03).
+    (``feasible``; one eigh a round), kept where it certifies a smaller gap. Why: on momenta with a
+    training-like spectrum the bound converges much faster than the primal candidates, so at the cap the
+    certified gap is mostly the candidates' shortfall, which a few rounds cut for about the cost of as many
+    ADMM iterations (chapter 03 measures both).
 
     Proven: the returned A is tangent (to rounding) with ||A||_op <= 1, and (OPT - <G, A>) / OPT <= gap.
     On a square Stiefel point the cold start is already optimal (Z = W skew(W^T G), msign keeps it
