@@ -271,8 +271,8 @@ def gram_picture(W, G, P, dtype=torch.float64) -> GramPicture:
     WtG = W64.mT @ G64
     d = D.diagonal(dim1=-2, dim2=-1)
     ridge = torch.finfo(W.dtype).eps * d.amax(-1).clamp_min(1e-30)
-    # On Stiefel and DGram points W^T W is diagonal up to W's own rounding: set it exactly diagonal then
-    # (as ``multiplier`` already assumes), so that D @ X is a row scaling
+    # On Stiefel and DGram points W^T W is diagonal up to W's own rounding: the solve then takes diag(D)
+    # (as ``multiplier`` already does), so that D @ X is a row scaling
     off_norm = torch.linalg.matrix_norm(D - torch.diag_embed(d))
     diagonal = bool((off_norm <= 16 * torch.finfo(W.dtype).eps * torch.linalg.vector_norm(d, dim=-1)).all())
     # K0 with the whole D even then: C must be normal to W's range to rounding, as the retraction's
@@ -437,8 +437,9 @@ def gram_solve(W, G, P, steps=16, tol=1e-3, rho=None, warm=None, check_every=4, 
     Starts from the better certified of two points: cold, the tangent projection (``tangent_init``,
     U = 0), and ``warm`` = (Lambda, U), a previous solve's (e.g. the previous optimizer step's), if given.
     The warm start is certified first (on a square W the cold one, exact on square Stiefel) and the other
-    only where the first is not within ``tol``: in steady training the warm start usually is, and the
-    whole solve is then one certificate (one eigh, one eigvalsh). Checks the certificate before iterating and
+    only where the first is not within ``tol``. Where the gradient changes slowly (a fixed one, say) the
+    warm start is within it and the whole solve is one certificate (one eigh, one eigvalsh); in training
+    it mostly is not, and the solve iterates (chapter 03). Checks the certificate before iterating and
     every ``check_every`` iterations; a matrix whose relative duality gap is <= ``tol`` stops there (its
     state is frozen, so a batch gives each matrix what it would get alone); at most ``steps`` iterations.
     Returns the best certified feasible direction of each matrix. A matrix still above ``tol`` at the cap

@@ -9,8 +9,9 @@ weights put on their manifolds first. Gradients are training-like by default: a 
 singular values falling like i^-1.3 (the decay of the momenta recorded from training, chapter 03) and random
 singular vectors, smoothed by each optimizer's own momentum. (With one fixed Gaussian gradient, the
 variants marked "fixed G", the previous step's multipliers are certified at once and a Manifold Muon step
-does no iteration; in training it does not go that way: at the cpu preset every non-square matrix runs
-to the iteration cap, measured in chapter 03. The fixed-gradient regime alone would understate the cost.)
+does no iteration; in training it does not go that way: most non-square solves run to the iteration cap
+(chapter 03 trains the smoke model and reads its update records). The fixed-gradient regime alone would
+understate the cost.)
 Time is the fastest of ``repeats`` steps after one warm-up step (so the warm start has a previous solve to
 start from); the timed step's ADMM iterations and certified gaps are recorded with it.
 
