@@ -190,3 +190,23 @@ def test_where_the_post_dgram_map_is_a_retraction(norms, grow, identity, first_o
     assert ((M.retract(W) - W).norm().item() < 1e-12) == identity
     defect = [(M.retract(W + t * A) - (W + t * A)).norm().item() for t in (1e-3, 1e-4)]
     assert (defect[1] <= defect[0] / 50) == first_order
+
+
+@pytest.mark.parametrize("name", NAMES)
+@pytest.mark.parametrize("method", ["polar_express", "newton_schulz"])
+@pytest.mark.parametrize("shape", [(256, 256), (384, 256), (256, 384)])
+@pytest.mark.parametrize("floor", [1e-3, 3e-4, 1e-4])
+def test_retraction_of_ill_conditioned_matrix_lands_on_manifold(name, method, shape, floor):
+    """One singular value at ``floor`` of the largest (a square Gaussian at GPT-2 width has one near 3e-4):
+    at or below the iterative msign's reach, so where the polish cannot finish the SVD must take over, not
+    the iteration stop short of the manifold (its error, spread over n^2 entries, once looked small)."""
+    g = torch.Generator().manual_seed(5)
+    k = min(shape)
+    U = torch.linalg.qr(torch.randn(shape[0], k, generator=g, dtype=torch.float64))[0]
+    V = torch.linalg.qr(torch.randn(shape[1], k, generator=g, dtype=torch.float64))[0]
+    sv = torch.linspace(1, 0.5, k, dtype=torch.float64)
+    sv[-1] = floor  # one small singular value, its singular vectors spread over all entries (as a Gaussian's are)
+    X = ((U * sv) @ V.mT).float()
+    M = get_manifold(name, **({} if name == "gram_oblique" else {"msign": method}))
+    R = M.retract(X)
+    assert M.residual(R).item() <= TOL[torch.float32] * (1 + X.double().norm().item() ** 2)
