@@ -145,3 +145,13 @@ def test_bad_input_names_the_valid_choices():
     assert plan(odd, "unconstrained", roles={"mixer.weight": "mlp_up"})[0]["optimizer"] == "muon"
     assert set(ASSIGNMENTS) >= {"unconstrained", "all_stiefel", "all_dgram", "hetero", "hetero_inv", "macro_fro",
                                 "macro_spec", "muonh_fro", "muonh_spec", "sso", "fso", "muon"}
+
+
+def test_overrides_win_over_the_assignments_own_options():
+    """The post's Muon rule carries torch.optim.Muon's bfloat16 msign; a caller's msign_dtype must replace it
+    (it once did not, and a benchmark's "Muon in float32" silently ran in bfloat16)."""
+    model = MockGPT2()
+    default = build_optimizers(model, "unconstrained")[0]
+    assert all(g["msign_dtype"] == torch.bfloat16 for g in default.param_groups)
+    fp32 = build_optimizers(model, "unconstrained", msign_dtype=torch.float32, ns_steps=7)[0]
+    assert all(g["msign_dtype"] == torch.float32 and g["ns_steps"] == 7 for g in fp32.param_groups)

@@ -207,8 +207,9 @@ def build_optimizers(model: torch.nn.Module, assignment, lr: float = 0.02, adamw
     """[one optimizer per matrix-optimizer kind used (a param group per manifold and options), AdamW].
 
     ``lr`` goes to every matrix optimizer; ``overrides`` go to each matrix optimizer that accepts them
-    (e.g. ``inner_steps=20`` to ManifoldMuon, ``c=2.0`` to the sphere optimizers); one accepted by none is
-    an error. ``manifold_args`` go to every manifold of the assignment (e.g. ``{"r": 2.0}``, the radius
+    (e.g. ``inner_steps=20`` to ManifoldMuon, ``c=2.0`` to the sphere optimizers), over the assignment's
+    own options (``msign_dtype=torch.float32`` replaces the bfloat16 of the post's Muon); one accepted by
+    none is an error. ``manifold_args`` go to every manifold of the assignment (e.g. ``{"r": 2.0}``, the radius
     factor of the paper's spheres). ``adamw_lr`` and ``adamw`` (a dict) change the AdamW settings of the
     assignment (the post's use nanoGPT's, the paper's its App. D values). AdamW's weight decay applies to
     2-D parameters (embeddings, head) only, as in nanoGPT. Call ``retract_parameters(optimizers)`` once to
@@ -247,7 +248,8 @@ def build_optimizers(model: torch.nn.Module, assignment, lr: float = 0.02, adamw
         kwargs = {k: v for k, v in overrides.items() if k in _accepted(cls)}
         param_groups = []
         for (manifold, options), ps in by_key.items():
-            g = {"params": ps, **dict(options)}
+            # the caller's overrides win over the assignment's own options (e.g. msign_dtype over Muon's bf16)
+            g = {"params": ps, **dict(options), **kwargs}
             if manifold is not None:
                 g["manifold"] = _manifold(manifold, manifold_args)
             param_groups.append(g)
