@@ -297,6 +297,11 @@ def _execute(src: Path, dst: Path, cwd: Path, parameters: dict | None, timeout: 
     return time.perf_counter() - t0
 
 
+def takes_workers(template_md: Path) -> bool:
+    """Whether a run template's parameters cell has ``workers`` (its independent jobs then run in parallel)."""
+    return re.search(r"^workers\s*=", template_md.read_text(), re.M) is not None
+
+
 def do_runs(root: Path, scale: str, force: bool, only: list[str] | None = None, out_root: Path | None = None,
             workers: int | None = None) -> list[str]:
     """Execute the run notebooks at ``scale`` whose outputs are missing or stale (all with ``force``). A
@@ -316,7 +321,7 @@ def do_runs(root: Path, scale: str, force: bool, only: list[str] | None = None, 
         out.mkdir(parents=True, exist_ok=True)
         print(f"[runs] {name} @ {scale}: executing ...", flush=True)
         params = {"scale": scale, "out_dir": str(out), "inputs_sha": sha}
-        if re.search(r"^workers\s*=", template_md.read_text(), re.M):
+        if takes_workers(template_md):
             params["workers"] = workers
         dt = _execute(template_nb, out / "run.ipynb", root / "runs", params)
         if not metrics.exists():
@@ -418,7 +423,7 @@ def estimate(root: Path, scale: str, workers: int) -> list[dict]:
         then = int((prov.get("parameters") or {}).get("workers") or 1)
         done_then = makespan(jobs, then) if jobs else 0.0
         rest = wall - done_then if wall >= done_then else wall
-        now = workers if re.search(r"^workers\s*=", (root / "runs" / f"{name}.md").read_text(), re.M) else 1
+        now = workers if takes_workers(root / "runs" / f"{name}.md") else 1
         rows.append(dict(run=name, jobs=len(jobs), job_s=sum(jobs), rest_s=rest,
                          estimate_s=(makespan(jobs, now) if jobs else 0.0) + rest))
     return rows

@@ -29,21 +29,23 @@ from __future__ import annotations
 import torch
 
 from ..manifolds.gram import GramManifold
-from ..msign import DEFAULT
+from ..msign import DEFAULT, msign
 from .base import MatrixOptimizer
-from .inner_solvers import Span, admm, dual_ascent, gram, gram_solve, rms
+from .inner_solvers import GramSolve, Span, admm, dual_ascent, gram, gram_solve, rms, tangent_defect
 
 
-def _sym2(S):
-    """S + S^T."""
-    return S + S.mT
-
-__all__ = ["ManifoldMuon", "POST_RECIPE"]
+__all__ = ["ManifoldMuon", "POST_RECIPE", "fused_retract", "post_msign"]
 
 # The blog post's inner solve, one argument away (inner="post"): what "Different Layers, Different
 # Manifolds" ran for every constrained matrix.
 POST_RECIPE = dict(inner_steps=20, alpha=0.1, normalize=False, warm_start=False, tol=None, msign="newton_schulz",
                    ns_steps=5)
+
+
+def post_msign(X: torch.Tensor) -> torch.Tensor:
+    """The post's matrix sign, as ``POST_RECIPE`` names it: Jordan's quintic Newton-Schulz, 5 steps."""
+    return msign(X, POST_RECIPE["msign"], POST_RECIPE["ns_steps"])
+
 # Settings left at None take these, per solver.
 SOLVER_DEFAULTS = {
     "gram_admm": dict(inner_steps=16, tol=1e-3, warm_start=True, normalize=True, msign=DEFAULT.method,
@@ -54,6 +56,19 @@ SOLVER_DEFAULTS = {
     "admm": dict(inner_steps=10, tol=None, warm_start=False, normalize=True, msign=DEFAULT.method,
                  ns_steps=DEFAULT.steps),
 }
+
+
+def fused_retract(M: GramManifold, sol: GramSolve, lr: float, weight_decay: float = 0.0,
+                  dtype: torch.dtype | None = None) -> torch.Tensor:
+    """W+ = M.retract((1 - lr wd) W - lr A) from a ``gram_solve``'s picture, without forming X: X = W ((1 - lr wd) I
+    - lr a) + C (-lr b) has an n x n Gram matrix, whose factor T puts X T on the manifold; the m x n product is
+    formed once. ``dtype``: the weight's (T is rounded to it, as a retraction of the m x n X would be)."""
+    pic, A = sol.picture, sol.A
+    X = Span((1 - lr * weight_decay) * pic.eye() - lr * A.a, -lr * A.b)
+    T = M.checked_factor(gram(pic, X, exact=True).to(dtype or pic.W.dtype))
+    # None: X^T X too ill conditioned: retract X itself
+    W_new = (X @ T.to(X.a.dtype)).matrix(pic) if T is not None else M.retract(X.matrix(pic))
+    return W_new.mT if sol.wide else W_new
 
 
 class ManifoldMuon(MatrixOptimizer):
@@ -118,13 +133,8 @@ class ManifoldMuon(MatrixOptimizer):
                     Span(torch.stack([s["U_a"] for s in states]), torch.stack([s["U_b"] for s in states])))
         sol = gram_solve(W, G, M.gram_projector, steps=group["inner_steps"], tol=group["tol"], rho=group["rho"],
                          warm=warm)
-        pic, A, lr = sol.picture, sol.A, group["lr"]
-        self._record(states, group, rms(M.gram_projector(_sym2(pic.dmul(A.a)))), sol)
-        # X = (1 - lr wd) W - lr A = W ((1 - lr wd) I - lr a) + C (-lr b): its Gram matrix is n x n
-        X = Span((1 - lr * group["weight_decay"]) * pic.eye() - lr * A.a, -lr * A.b)
-        T = M.checked_factor(gram(pic, X, exact=True).to(W.dtype))  # None: X^T X too ill conditioned: retract X itself
-        W_new = (X @ T.to(X.a.dtype)).matrix(pic) if T is not None else M.retract(X.matrix(pic))
-        return W_new.mT if sol.wide else W_new
+        self._record(states, group, rms(M.gram_projector(tangent_defect(sol.picture, sol.A))), sol)
+        return fused_retract(M, sol, group["lr"], group["weight_decay"], W.dtype)
 
     @staticmethod
     def _record(states, group, violation, sol):

@@ -46,8 +46,8 @@ from pathlib import Path
 import torch
 
 from manifold_muon.manifolds import get_manifold
-from manifold_muon.msign import msign
 from manifold_muon.optim import ManifoldMuon, Muon, TORCH_MUON
+from manifold_muon.optim.manifold_muon import post_msign
 from manifold_muon.optim.inner_solvers import _tall_unit, gram_solve
 from manifold_muon_lab.provenance import Stopwatch
 from .common import device, one_cpu_thread, time_call, write_result
@@ -81,7 +81,7 @@ def author_direction(W, G, P, steps=20, alpha=0.1, tol=1e-6):
     Lambda = -0.25 * P(W.mT @ G + G.mT @ W)
     calls = 0
     for step in range(steps):
-        A = msign(G + 2 * W @ Lambda, "newton_schulz", 5)
+        A = post_msign(G + 2 * W @ Lambda)
         calls += 1
         H = P(W.mT @ A + A.mT @ W)
         if torch.norm(H) / math.sqrt(H.numel()) < tol:
@@ -195,7 +195,7 @@ def post_direction(W, G, name):
 
     P = get_manifold(name).gram_projector
     A, _, _ = dual_ascent(W[None], G[None], P, steps=20, alpha=0.1, normalize=False,
-                          msign_fn=lambda X: msign(X, "newton_schulz", 5))
+                          msign_fn=post_msign)
     return A[0]
 
 

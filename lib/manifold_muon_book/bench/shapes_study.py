@@ -17,15 +17,10 @@ from multiprocessing import get_context
 import torch
 
 from manifold_muon.manifolds import get_manifold
-from manifold_muon.msign import msign
 from manifold_muon.optim.inner_solvers import Span, dual_ascent, gram_solve, rms, tangent_init
+from manifold_muon.optim.manifold_muon import post_msign
 
 CONFIGS = {"post (raw G, alpha 0.1)": (0.1, False), "alpha 0.1 on unit-RMS G": (0.1, True)}
-
-
-def post_msign(X: torch.Tensor) -> torch.Tensor:
-    """The post's matrix sign inside its dual ascent: 5 Newton-Schulz steps."""
-    return msign(X, "newton_schulz", 5)
 
 
 def _final_violation(p: dict, alpha: float, T: int):
