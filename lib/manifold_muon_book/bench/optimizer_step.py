@@ -24,7 +24,9 @@ singular pair by 10 power iterations instead of an SVD, and the Manifold Muon as
 recipe (``inner="post"``) and with this library's earlier default (``inner="dual_ascent"``: 20 cold steps
 on unit-RMS G, Polar Express msign).
 Targets reported against (issue 9): Hetero <= 2.5x Muon, All-Stiefel and All-DGram <= 3x, against Muon in
-float32 and at its default bfloat16. Measures; asserts nothing about speed.
+float32 and at its default bfloat16. Per preset, ``breakdown`` times the parts of Hetero's default step for
+each of a layer's four weights against Muon's msign of the same matrix (``solve_breakdown``): the floor of
+a certified step (no iteration), and what each ADMM iteration adds. Measures; asserts nothing about speed.
 """
 
 from __future__ import annotations
@@ -36,7 +38,12 @@ from torch import nn
 
 from manifold_muon.assignments import build_optimizers, retract_parameters
 from manifold_muon_lab.provenance import Stopwatch
+from manifold_muon.manifolds import get_manifold
+from manifold_muon.msign import msign
+from manifold_muon.optim.inner_solvers import _tall_unit, admm_gram, certificate, gram_picture, gram_solve
+from manifold_muon.optim.manifold_muon import fused_retract
 from .common import device, one_cpu_thread, time_call, write_result
+from .momenta import synthetic_momentum
 
 CONDITIONS = ("unconstrained", "all_stiefel", "all_dgram", "hetero", "hetero_inv",
               "macro_fro", "macro_spec", "muonh_fro", "muonh_spec", "sso", "fso")
@@ -81,15 +88,7 @@ def gradient_stream(model: nn.Module, steps: int, kind: str, seed: int = 0, deca
         if kind == "fixed":
             out[p] = [torch.randn(a, b, generator=g).to(p.device)] * steps
             continue
-        k = min(a, b)
-        s = torch.arange(1, k + 1, dtype=torch.float32) ** -decay
-        grads = []
-        for _ in range(steps):
-            U, _ = torch.linalg.qr(torch.randn(a, k, generator=g))
-            V, _ = torch.linalg.qr(torch.randn(b, k, generator=g))
-            G = (U * s) @ V.T
-            grads.append((G / G.pow(2).mean().sqrt()).to(p.device))
-        out[p] = grads
+        out[p] = [synthetic_momentum((a, b), decay, 1.0, False, g).to(p.device) for _ in range(steps)]
     return out
 
 
@@ -120,6 +119,56 @@ def time_condition(name: str, n_layer: int, d: int, repeats: int, seed: int = 0,
                 max_gap=max(s["duality_gap"] for s in states) if states else None)
 
 
+def solve_breakdown(role: str, shape: tuple, manifold: str, repeats: int, seed: int = 0, lr: float = 0.01) -> dict:
+    """Where one default Manifold Muon step's time goes, for one weight, against Muon's msign of the same
+    matrix in the same run (bfloat16, its default, and float32). The parts, each timed alone on a
+    training-like momentum (the second of a stream, warm-started from the first's solve):
+    ``picture`` (the m x n products into n x n blocks), ``certificate`` (one, msign candidate only: what a
+    solve whose warm start is already certified pays), ``certificate_both`` (one with the ADMM candidate
+    too: the in-loop check), ``iteration`` (one ADMM iteration), ``polish`` (the extra of the polished
+    certificate at the cap), ``retraction`` (``fused_retract``), and ``solve`` (``gram_solve`` whole) and
+    its iterations. ``floor`` = picture + certificate + retraction: a certified step that needs no
+    iteration, this design's least cost; ``step`` = solve + retraction (the optimizer step of this weight,
+    momentum aside)."""
+    M = get_manifold(manifold)
+    P = M.gram_projector
+    g = torch.Generator().manual_seed(seed)
+    W = M.random_point(shape, generator=g)
+    G_prev, G = (synthetic_momentum(shape, 1.3, 1.0, False, g) for _ in range(2))
+    prev = gram_solve(W, G_prev, P)
+    warm = (prev.Lambda, prev.U)
+    Wt, Gt, _ = _tall_unit(W, G)
+    pic = gram_picture(Wt, Gt, P)
+    rho, tol = Wt.size(-1) ** -0.5, 1e-3
+    sol = gram_solve(W, G, P, warm=warm)
+    t = lambda fn: time_call(fn, repeats)
+    parts = dict(
+        muon_bf16=t(lambda: msign(G, "newton_schulz", 5, torch.bfloat16)),
+        muon_fp32=t(lambda: msign(G, "newton_schulz", 5, torch.float32)),
+        picture=t(lambda: gram_picture(Wt, Gt, P)),
+        certificate=t(lambda: certificate(pic, warm[0], None, None, tol)),
+        certificate_both=t(lambda: certificate(pic, warm[0], warm[1], None, None)),
+        iteration=t(lambda: admm_gram(pic, warm[0], warm[1], rho, 1)),
+        polish=t(lambda: certificate(pic, sol.Lambda, sol.U, None, None, 2)),
+        retraction=t(lambda: fused_retract(M, sol, lr, 0.0, W.dtype)),
+        solve=t(lambda: gram_solve(W, G, P, warm=warm)),
+    )
+    parts["polish"] = max(parts["polish"] - parts["certificate_both"], 0.0)
+    parts["floor"] = parts["picture"] + parts["certificate"] + parts["retraction"]
+    parts["step"] = parts["solve"] + parts["retraction"]
+    return dict(role=role, shape=list(shape), manifold=manifold, seconds=parts,
+                iterations=int(sol.iterations.max()), gap=float(sol.gap.max()),
+                x_muon_bf16={k: v / parts["muon_bf16"] for k, v in parts.items()},
+                x_muon_fp32={k: v / parts["muon_fp32"] for k, v in parts.items()})
+
+
+def breakdown(d: int, repeats: int) -> list[dict]:
+    """``solve_breakdown`` for Hetero's four weights of one layer at width ``d`` (nanoGPT's (D_out, D_in))."""
+    weights = (("attn.c_attn", (3 * d, d), "stiefel"), ("attn.c_proj", (d, d), "stiefel"),
+               ("mlp.c_fc", (4 * d, d), "dgram"), ("mlp.c_proj", (d, 4 * d), "dgram"))
+    return [solve_breakdown(role, shape, manifold, repeats) for role, shape, manifold in weights]
+
+
 def measure(preset: str, n_layer: int, d: int, repeats: int, conditions=CONDITIONS) -> dict:
     timed = {c: time_condition(c, n_layer, d, repeats) for c in conditions}
     timed.update({label: time_condition(a, n_layer, d, repeats, overrides=o) for label, a, o in VARIANTS})
@@ -128,7 +177,8 @@ def measure(preset: str, n_layer: int, d: int, repeats: int, conditions=CONDITIO
                  target=TARGET.get(c),
                  meets_target=(max(t["seconds"] / base, t["seconds"] / base32) <= TARGET[c]) if c in TARGET else None)
             for c, t in timed.items()]
-    return dict(preset=preset, n_layer=n_layer, d=d, matrices=4 * n_layer, repeats=repeats, rows=rows)
+    return dict(preset=preset, n_layer=n_layer, d=d, matrices=4 * n_layer, repeats=repeats, rows=rows,
+                breakdown=breakdown(d, repeats))
 
 
 def main(out_dir: Path, quick: bool = False, cpu_layers: int = 1) -> dict:
@@ -155,6 +205,13 @@ def main(out_dir: Path, quick: bool = False, cpu_layers: int = 1) -> dict:
                 f"  ({row['inner_iterations']:.1f} ADMM iterations, gap <= {row['max_gap']:.0e})"
             print(f"  {row['condition']:>25}  {row['seconds'] * 1e3:10.2f} ms  x{row['ratio_to_muon']:.2f} Muon bf16"
                   f"  x{row['ratio_to_muon_fp32']:.2f} Muon fp32{mark}{inner}")
+        print("  Hetero's default step per weight, parts as x Muon's msign of that matrix (bf16 / fp32):")
+        for b in r["breakdown"]:
+            x, x32 = b["x_muon_bf16"], b["x_muon_fp32"]
+            parts = "  ".join(f"{k} {x[k]:.1f}/{x32[k]:.1f}" for k in ("picture", "certificate", "iteration",
+                                                                       "retraction", "floor", "step"))
+            print(f"    {b['role']:>11} {tuple(b['shape'])!s:>12} {b['manifold']:>7}: {parts}"
+                  f"  ({b['iterations']} iterations, gap {b['gap']:.0e})")
     return result
 
 
