@@ -189,7 +189,7 @@ def test_fused_step_equals_solve_then_manifold_retraction(name):
     retraction applied to the m x n matrix."""
     M, W0, G = problem(name, (10, 4), 7, torch.float32)
     W = torch.nn.Parameter(W0.clone())
-    opt = ManifoldMuon([W], lr=0.1, manifold=name, momentum=0.0, nesterov=False)
+    opt = ManifoldMuon([W], lr=0.1, manifold=name, momentum=0.0, nesterov=False, inner="gram_admm")
     W.grad = G.clone()
     opt.step()
     sol = gram_solve(W0, G, M.gram_projector)
@@ -203,7 +203,7 @@ def test_state_records_and_warm_start_round_trips_state_dict(shape):
     g = torch.Generator().manual_seed(8)
     a = torch.nn.Parameter(get_manifold("dgram").random_point(shape, generator=g))
     grads = [[torch.randn(shape, generator=g)] for _ in range(6)]
-    opt = ManifoldMuon([{"params": [a], "manifold": "dgram"}], lr=0.05, inner_steps=4, tol=1e-6)
+    opt = ManifoldMuon([{"params": [a], "manifold": "dgram"}], lr=0.05, inner_steps=4, tol=1e-6, inner="gram_admm")
     run(opt, [a], grads[:3])
     st = opt.state[a]
     assert {"Lambda", "U_a", "U_b", "duality_gap", "tangent_violation", "inner_iterations"} <= set(st)
@@ -218,12 +218,13 @@ def test_state_records_and_warm_start_round_trips_state_dict(shape):
 
 
 @pytest.mark.parametrize("name", NAMES)
-def test_default_keeps_the_constraint_over_1000_steps_tall_wide_square(name):
+@pytest.mark.parametrize("inner", ["lean", "gram_admm"])
+def test_default_keeps_the_constraint_over_1000_steps_tall_wide_square(name, inner):
     g = torch.Generator().manual_seed(9)
     M = get_manifold(name)
-    Ws = [torch.nn.Parameter(M.random_point(s, generator=g)) for s in [(8, 4), (4, 8), (5, 5)]]
+    Ws = [torch.nn.Parameter(M.random_point(s, generator=g)) for s in [(8, 4), (4, 8), (5, 5), (6, 6)]]
     Ts = [torch.randn(w.shape, generator=g) for w in Ws]
-    opt = ManifoldMuon([{"params": [w]} for w in Ws], lr=0.1, manifold=name, inner_steps=2)
+    opt = ManifoldMuon([{"params": [w]} for w in Ws], lr=0.1, manifold=name, inner_steps=2, inner=inner)
     for _ in range(1000):
         opt.zero_grad()
         sum(((w - t) ** 2).sum() for w, t in zip(Ws, Ts)).backward()
@@ -236,7 +237,7 @@ def test_bf16_weights_take_the_fused_step():
     g = torch.Generator().manual_seed(10)
     M = get_manifold("dgram")
     W = torch.nn.Parameter(M.random_point((12, 6), generator=g).to(torch.bfloat16))
-    opt = ManifoldMuon([W], lr=0.05, manifold="dgram")
+    opt = ManifoldMuon([W], lr=0.05, manifold="dgram", inner="gram_admm")
     for _ in range(5):
         W.grad = torch.randn(12, 6, generator=g).to(torch.bfloat16)
         opt.step()
@@ -283,7 +284,7 @@ def test_assignments_take_the_solver_by_name():
             mm = [o for o in opts if isinstance(o, ManifoldMuon)]
             assert bool(mm) == (assignment != "unconstrained")
             for o in mm:
-                assert all(g["inner"] == (inner or "gram_admm") for g in o.param_groups)
+                assert all(g["inner"] == (inner or "lean") for g in o.param_groups)
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])

@@ -190,54 +190,77 @@ class MatrixOptimizer(torch.optim.Optimizer):
     def _compute_dtype(p: torch.Tensor) -> torch.dtype:
         return torch.float32 if p.dtype in (torch.float16, torch.bfloat16) else p.dtype
 
-    def _nonfinite(self) -> set:
-        """Parameters whose gradient has NaN or inf: raise (policy 'raise') or return them (policy 'skip')."""
-        bad = set()
-        for group in self.param_groups:
-            for p in group["params"]:
-                if p.grad is not None and not bool(torch.isfinite(p.grad).all()):
-                    if group["nonfinite"] == "raise":
-                        raise FloatingPointError(
-                            f"{type(self).__name__}: a gradient of shape {tuple(p.shape)} has NaN or inf; no weight "
-                            "was changed. Lower the lr, fix the loss, or pass nonfinite='skip' to leave such "
-                            "weights unchanged")
-                    bad.add(p)
-        return bad
+    def _nonfinite_error(self, shape) -> FloatingPointError:
+        return FloatingPointError(
+            f"{type(self).__name__}: a gradient of shape {tuple(shape)} has NaN or inf; no weight was changed. "
+            "Lower the lr, fix the loss, or pass nonfinite='skip' to leave such weights unchanged")
+
+    def guard(self, ok: torch.Tensor, fix) -> None:
+        """Called by ``update``: ``ok`` (a bool per matrix of the batch, a tensor) says where a fast path landed
+        where it should; ``fix(bad)`` recomputes the batch's new weights the safe way where ``bad``. The
+        optimizer reads every guard of a step, and every gradient's finiteness, in one host synchronisation."""
+        self._guards.append((ok, fix))
 
     @torch.no_grad()
     def step(self, closure=None):
+        """One step of every parameter with a gradient. Nothing is written until the whole step is computed:
+        then one host synchronisation reads, for all parameters at once, whether a gradient was non-finite
+        (policy 'raise': raise, nothing changed; 'skip': those weights and their momentum stay) and whether
+        every fast path's guard held (``guard``); then weights, momenta and state are written. The price is
+        one transient copy of the stepped weights and their momenta."""
         loss = None
         if closure is not None:
             with torch.enable_grad():
                 loss = closure()
-        skip = self._nonfinite()  # before anything is touched
+        pending = []
         for group in self.param_groups:
             batches = defaultdict(list)  # same shape, dtype, device -> one batched step
             for p in group["params"]:
-                if p.grad is None or p in skip:
+                if p.grad is None:
                     continue
                 if p.grad.is_sparse:
                     raise RuntimeError(f"{type(self).__name__} does not support sparse gradients")
                 batches[(p.shape, p.dtype, p.device)].append(p)
-            for params in batches.values():
-                self._step_batch(group, params)
+            pending += [self._step_batch(group, params) for params in batches.values()]
+        flags = [torch.stack([~b["finite"].all() for b in pending])] if pending else []
+        flags += [(~ok).any().reshape(1) for b in pending for ok, _ in b["guards"]]
+        if flags and bool(torch.cat(flags).any()):  # the step's one host synchronisation
+            for b in pending:
+                if b["group"]["nonfinite"] == "raise" and not bool(b["finite"].all()):
+                    raise self._nonfinite_error(b["params"][0].shape)
+                for ok, fix in b["guards"]:
+                    if not bool(ok.all()):
+                        b["W_new"] = fix(~ok)
+        for b in pending:
+            self._commit(**b)
         return loss
 
-    def _step_batch(self, group: dict, params: list) -> None:
+    def _step_batch(self, group: dict, params: list) -> dict:
+        """The new weights, momenta and state of one batch of same-shape weights, computed and not written."""
         dtype = self._compute_dtype(params[0])
-        momentum, states = group["momentum"], [self.state[p] for p in params]
+        momentum = group["momentum"]
+        states = [dict(self.state[p]) if p in self.state else {} for p in params]  # written in ``_commit``
+        grads = torch.stack([p.grad.to(dtype) for p in params])
+        finite = torch.isfinite(grads).flatten(1).all(dim=1)
+        grads = torch.where(finite.view(-1, *[1] * (grads.dim() - 1)), grads, 0)  # a skipped one steps nowhere
         directions = []
-        for p, state in zip(params, states):
-            grad = p.grad.to(dtype)
-            if "momentum_buffer" not in state:
-                state["momentum_buffer"] = torch.zeros_like(p, dtype=dtype)
-            buf = state["momentum_buffer"]
-            buf.lerp_(grad, 1 - momentum)
-            directions.append(grad.lerp(buf, momentum) if group["nesterov"] else buf)
+        for p, state, grad in zip(params, states, grads):
+            buf = state.get("momentum_buffer")
+            buf = torch.zeros_like(p, dtype=dtype) if buf is None else buf
+            state["momentum_buffer"] = buf.lerp(grad, 1 - momentum)
+            directions.append(grad.lerp(state["momentum_buffer"], momentum) if group["nesterov"] else state["momentum_buffer"])
         W = self._blocks(torch.stack([p.to(dtype) for p in params]), group)
         G = self._blocks(torch.stack(directions), group)
+        self._guards = []
         W_new = self.update(W, G, group, states, params[0].shape)
-        still = G.flatten(1).abs().amax(dim=1) == 0  # a zero direction leaves a constrained weight as it was
-        for p, w, keep in zip(params, W_new, still):
-            if not (keep and group["manifold"] is not None):
-                p.copy_(w.reshape(p.shape))
+        zero = G.flatten(1).abs().amax(dim=1) == 0  # a zero direction leaves a constrained weight as it was
+        keep = ~finite | (zero & (group["manifold"] is not None))
+        return dict(group=group, params=params, states=states, W_new=W_new, finite=finite, keep=keep,
+                    guards=self._guards)
+
+    def _commit(self, group, params, states, W_new, finite, keep, guards) -> None:
+        for p, state, w, ok, stay in zip(params, states, W_new, finite, keep):
+            old = self.state[p].get("momentum_buffer") if p in self.state else None  # a skipped one keeps its momentum
+            state["momentum_buffer"] = torch.where(ok, state["momentum_buffer"], 0 if old is None else old)
+            self.state[p].update(state)
+            p.copy_(torch.where(stay, p, w.reshape(p.shape).to(p.dtype)))

@@ -253,7 +253,7 @@ class Span:
         return pic.W @ self.a.to(pic.W.dtype) + pic.C @ self.b.to(pic.C.dtype)
 
 
-def gram_picture(W, G, P, dtype=torch.float64) -> GramPicture:
+def gram_picture(W, G, P, dtype=torch.float64, products=torch.float64, diagonal: bool | None = None) -> GramPicture:
     """The blocks of a tall (W, G), products in float64 (measured: float32 blocks let the certificate
     under-report the gap by up to 3x where W^T W is ill conditioned, e.g. Oblique, or where Z has many
     small singular values), n x n blocks returned in ``dtype``; C is kept in W's precision for the final
@@ -266,22 +266,26 @@ def gram_picture(W, G, P, dtype=torch.float64) -> GramPicture:
     products are row scalings (``GramPicture.dmul``; ``multiplier`` always did so). The whole D is kept
     for the retraction (``gram(..., exact=True)``). For a square W,
     C = 0 exactly and is set so: its rounding noise, amplified by msign, would otherwise leak into A."""
-    W64, G64 = W.to(torch.float64), G.to(torch.float64)
+    W64, G64 = W.to(products), G.to(products)
     D = _sym(W64.mT @ W64)
     WtG = W64.mT @ G64
     d = D.diagonal(dim1=-2, dim2=-1)
     ridge = torch.finfo(W.dtype).eps * d.amax(-1).clamp_min(1e-30)
     # On Stiefel and DGram points W^T W is diagonal up to W's own rounding: the solve then takes diag(D)
-    # (as ``multiplier`` already does), so that D @ X is a row scaling
-    off_norm = torch.linalg.matrix_norm(D - torch.diag_embed(d))
-    diagonal = bool((off_norm <= 16 * torch.finfo(W.dtype).eps * torch.linalg.vector_norm(d, dim=-1)).all())
+    # (as ``multiplier`` already does), so that D @ X is a row scaling. ``diagonal`` given: the caller knows
+    # (the lean solve: from the manifold, without reading a tensor on the host)
+    if diagonal is None:
+        off_norm = torch.linalg.matrix_norm(D - torch.diag_embed(d))
+        diagonal = bool((off_norm <= 16 * torch.finfo(W.dtype).eps * torch.linalg.vector_norm(d, dim=-1)).all())
     # K0 with the whole D even then: C must be normal to W's range to rounding, as the retraction's
     # X^T X = a^T D a + b^T R b has no cross terms (with diag(D) here, constraints drifted over 1000 steps)
-    L = torch.linalg.cholesky(D + ridge[..., None, None] * torch.eye(D.size(-1), dtype=D.dtype, device=D.device))
-    K0 = torch.cholesky_solve(WtG, L)
-    C = G64 - W64 @ K0
+    L = torch.linalg.cholesky((D + ridge[..., None, None] * torch.eye(D.size(-1), dtype=D.dtype, device=D.device))
+                              .to(torch.float64))
+    K0 = torch.cholesky_solve(WtG.to(torch.float64), L).to(products)
     if W.size(-2) == W.size(-1):  # square: range(W) is everything, C = 0 exactly (what is left is rounding)
-        C = torch.zeros_like(C)
+        C = torch.zeros_like(G64)
+    else:
+        C = G64 - W64 @ K0
     R = _sym(C.mT @ C)
     return GramPicture(W, C.to(W.dtype), D.to(dtype), K0.to(dtype), R.to(dtype), P, diagonal)
 
@@ -295,6 +299,8 @@ def gram(pic: GramPicture, X: Span, exact: bool = False):
     """X^T X; ``exact``: with the whole D, also where the solve takes it as diagonal (a retraction must see
     W's own rounding off the manifold to remove it, or that rounding would add up over the steps)."""
     DXa = pic.D @ X.a if exact else pic.dmul(X.a)
+    if pic.W.size(-2) == pic.W.size(-1):  # square: C = 0, the b-part is empty
+        return _sym(X.a.mT @ DXa)
     return _sym(X.a.mT @ DXa + X.b.mT @ pic.R @ X.b)
 
 
@@ -345,20 +351,25 @@ def clip_op(pic: GramPicture, X: Span):
     return X @ phi
 
 
-def feasible(pic: GramPicture, X: Span, polish: int = 0):
+def feasible(pic: GramPicture, X: Span, polish: int = 0, fast: bool = False):
     """X made primal feasible: its orthogonal tangent part X - W Gamma, shrunk into the unit op-norm ball.
     ``polish`` rounds of alternating projections (tangent part, then ``clip_op``) first: they move X towards
     the intersection of the two sets, so the final uniform shrink costs less of its value. Whatever the
-    rounds do, the result is feasible and its value a lower bound on OPT. Returns (X_feasible, <G, X_feasible>)."""
+    rounds do, the result is feasible and its value a lower bound on OPT. ``fast``: the op-norm in float32
+    (with a 1e-6 margin, so still feasible). Returns (X_feasible, <G, X_feasible>)."""
     for _ in range(polish):
         X = clip_op(pic, tangent_part(pic, X))
     X = tangent_part(pic, X)
-    op = torch.linalg.eigvalsh(gram(pic, X))[..., -1].clamp_min(0).sqrt().clamp_min(1)
+    N = gram(pic, X)
+    if fast:  # the largest eigenvalue only scales X: in float32, its rounding covered by a 1e-6 margin
+        op = torch.linalg.eigvalsh(N.to(torch.float32))[..., -1].to(N.dtype).clamp_min(0).sqrt().clamp_min(1) * (1 + 1e-6)
+    else:
+        op = torch.linalg.eigvalsh(N)[..., -1].clamp_min(0).sqrt().clamp_min(1)
     X = X.scale(1 / op)
     return X, dot_G(pic, X)
 
 
-def certificate(pic: GramPicture, Lambda, U=None, rtol=None, tol=None, polish: int = 0):
+def certificate(pic: GramPicture, Lambda, U=None, rtol=None, tol=None, polish: int = 0, fast: bool = False):
     """(A, value, bound) with A feasible, value = <G, A> <= <G, A*> <= bound = ||G + 2 W Lambda||_* (weak duality).
 
     Candidates for A: msign(G + 2 W Lambda) and (ADMM) the scaled multiplier U, each made feasible; the
@@ -372,7 +383,7 @@ def certificate(pic: GramPicture, Lambda, U=None, rtol=None, tol=None, polish: i
     Z = z_of(pic, Lambda)
     ZtZ = _sym(Z.a.mT @ pic.dmul(Z.a) + pic.R)  # gram(pic, Z) with Z's C-coefficient the identity
     Y, s = spectral_factor(ZtZ, lambda s: inv_sqrt(s, rtol))
-    A, value = feasible(pic, Span(Z.a @ Y, Y), polish)
+    A, value = feasible(pic, Span(Z.a @ Y, Y), polish, fast)
     bound = s.sum(-1)
     if U is not None:
         open_ = torch.ones_like(value, dtype=torch.bool) if tol is None else _relative_gap(value, bound) > tol
@@ -516,3 +527,34 @@ def gram_solve(W, G, P, steps=16, tol=1e-3, rho=None, warm=None, check_every=4, 
 
 def _relative_gap(value, bound):
     return (bound - value) / bound.clamp_min(torch.finfo(bound.dtype).tiny)
+
+
+def lean_solve(W, G, P, warm=None, steps=2, rho=None, relax=1.8, normalize=True, diagonal=None) -> GramSolve:
+    """The lean solve: the dual tracked across optimizer steps, a fixed amount of work, no host synchronisation.
+
+    From ``warm`` (the previous step's (Lambda, U); else the cold tangent-projection start) it runs exactly
+    ``steps`` over-relaxed ADMM iterations (``admm_gram``: one n x n eigh each) and one certificate with the
+    msign candidate only (one eigh, one eigvalsh): every matrix of a batch does the same work, nothing is
+    decided on the host. The m x n products (W^T W, W^T G, C, C^T C) are formed in W's precision (float32;
+    the n x n work is in float64); ``diagonal`` says that W^T W is diagonal on this manifold (Stiefel, DGram:
+    no test on the host). Why a few iterations suffice: consecutive momenta are close (Muon's momentum
+    0.95), so the optimal multiplier moves little between steps and the iterations of successive steps add
+    up (chapter 03 measures the error against a certified reference along a stream). Returns a
+    ``GramSolve`` whose gap is a certificate (an upper bound on A's relative sub-optimality), as a tensor."""
+    _check_relax(relax, "lean_solve")
+    if W.dtype not in (torch.float32, torch.float64):
+        W, G = W.float(), G.float()
+    Wt, Gt, wide = _tall_unit(W, G, normalize)
+    pic = gram_picture(Wt, Gt, P, torch.float64, products=Wt.dtype, diagonal=diagonal)
+    rho = rho if rho is not None else Wt.size(-1) ** -0.5
+    if warm is None:
+        S = pic.DK0
+        Lambda, U = -0.5 * multiplier(pic, S + S.mT), Span(torch.zeros_like(pic.D), torch.zeros_like(pic.D))
+    else:
+        Lambda, U = warm[0].to(pic.D.dtype), Span(warm[1].a.to(pic.D.dtype), warm[1].b.to(pic.D.dtype))
+    if steps:
+        Lambda, U = admm_gram(pic, Lambda, U, rho, steps, relax)
+    rtol = 1e-7 if W.dtype == torch.float64 else 1e-6
+    A, value, bound = certificate(pic, Lambda, None, rtol, fast=True)
+    iterations = torch.full(pic.D.shape[:-2], steps, dtype=torch.long, device=pic.D.device)
+    return GramSolve(A, pic, Lambda, U, _relative_gap(value, bound), iterations, wide)

@@ -6,7 +6,15 @@
 
 Inner solvers (``inner``):
 
-* ``"gram_admm"`` (default): ``inner_solvers.gram_solve``, Buchanan's ADMM (over-relaxed) run on n x n coefficients,
+* ``"lean"`` (default): Manifold Muon at about Muon's price. Square Stiefel in closed form
+  (``square_stiefel_step``: one eigendecomposition, exact, gap 0 to rounding, retraction free); elsewhere
+  ``inner_solvers.lean_solve``: the dual (Lambda, U) carried from the previous step, ``inner_steps`` (1) ADMM
+  iterations, one certificate, and ``lean_retract`` (Stiefel by a series, no eigendecomposition; Oblique
+  exact; DGram one eigh). Fixed work per matrix and no host synchronisation; the certified gap is
+  recorded, not enforced (on training-like momenta it is about 0.1-0.3: the measured accuracy-cost table
+  is the benchmark ``solver_table`` and chapter 03).
+* ``"exact"``: ``"gram_admm"`` run to a relative gap of 1e-6 (at most 200 iterations).
+* ``"gram_admm"``: ``inner_solvers.gram_solve``, Buchanan's ADMM (over-relaxed) run on n x n coefficients,
   warm-started from the previous step's multipliers, stopped by a certificate (relative duality gap
   <= ``tol``) or after ``inner_steps`` iterations; the direction and the retraction are fused into one
   final product (the retraction's Gram matrix is known in n x n, ``GramManifold.retraction_factor``).
@@ -28,13 +36,15 @@ from __future__ import annotations
 
 import torch
 
-from ..manifolds.gram import GramManifold
+from ..manifolds.gram import DGram, GramManifold, GramOblique, Stiefel
 from ..msign import DEFAULT, msign
 from .base import MatrixOptimizer
-from .inner_solvers import GramSolve, Span, admm, dual_ascent, gram, gram_solve, rms, tangent_defect
+from .inner_solvers import (GramSolve, Span, _sym, admm, dual_ascent, gram, gram_solve, inv_sqrt, lean_solve, rms,
+                            tangent_defect)
 
 
-__all__ = ["ManifoldMuon", "POST_RECIPE", "fused_retract", "post_msign"]
+__all__ = ["ManifoldMuon", "POST_RECIPE", "fused_retract", "lean_retract", "square_stiefel_step", "post_msign",
+           "inverse_sqrt_newton_schulz", "inverse_sqrt_series"]
 
 # The blog post's inner solve, one argument away (inner="post"): what "Different Layers, Different
 # Manifolds" ran for every constrained matrix.
@@ -48,8 +58,13 @@ def post_msign(X: torch.Tensor) -> torch.Tensor:
 
 # Settings left at None take these, per solver.
 SOLVER_DEFAULTS = {
+    "lean": dict(inner_steps=1, tol=None, warm_start=True, normalize=True, msign=DEFAULT.method,
+                 ns_steps=DEFAULT.steps),
     "gram_admm": dict(inner_steps=16, tol=1e-3, warm_start=True, normalize=True, msign=DEFAULT.method,
                       ns_steps=DEFAULT.steps),
+    # the exact mode: the certified solve run until its relative gap is 1e-6 (at most 200 iterations)
+    "exact": dict(inner_steps=200, tol=1e-6, warm_start=True, normalize=True, msign=DEFAULT.method,
+                  ns_steps=DEFAULT.steps),
     "post": POST_RECIPE,
     "dual_ascent": dict(inner_steps=20, tol=None, warm_start=False, normalize=True, msign=DEFAULT.method,
                         ns_steps=DEFAULT.steps),
@@ -71,14 +86,129 @@ def fused_retract(M: GramManifold, sol: GramSolve, lr: float, weight_decay: floa
     return W_new.mT if sol.wide else W_new
 
 
+def inverse_sqrt_newton_schulz(S: torch.Tensor, iterations: int) -> torch.Tensor:
+    """S^{-1/2} of a symmetric positive definite S close to a multiple of I, by the coupled Newton-Schulz
+    iteration Y <- Y T, Z <- T Z, T = (3 I - Z Y) / 2 (Y -> S^{1/2}, Z -> S^{-1/2}; Higham 2008, eq. 6.35) on
+    S / mean(diag S): matrix products only. It converges quadratically where ||S / c - I||_2 < 1; for the
+    Gram matrix of X = W - lr A on Stiefel (A tangent, ||A||_op <= 1) that distance is at most lr^2, so
+    ``iterations`` = 4 leaves an error of about (lr^2)^16: rounding for every lr < 0.9."""
+    c = torch.diagonal(S, dim1=-2, dim2=-1).mean(-1)[..., None, None]
+    eye = torch.eye(S.size(-1), dtype=S.dtype, device=S.device)
+    Y, Z = S / c, eye.expand_as(S)
+    for _ in range(iterations):
+        T = 1.5 * eye - 0.5 * (Z @ Y)
+        Y, Z = Y @ T, T @ Z
+    return Z / c.sqrt()
+
+
+def inverse_sqrt_series(S: torch.Tensor, lr: float) -> torch.Tensor:
+    """(I + N)^{-1/2} = I - N/2 + 3N^2/8 - 5N^3/16 + ..., N = S - I, for the Gram matrix S = X^T X of
+    X = W - lr A on Stiefel: A tangent with ||A||_op <= 1 gives N = lr^2 A^T A (plus W's rounding), so
+    ||N||_2 <= lr^2 and the terms kept (two for lr <= 0.03, three to 0.2, else ``inverse_sqrt_newton_schulz``)
+    leave an error below float32 rounding. Matrix products only (one or two n x n)."""
+    eye = torch.eye(S.size(-1), dtype=S.dtype, device=S.device)
+    if lr > 0.2:
+        return inverse_sqrt_newton_schulz(S, 5)
+    N = S - eye
+    N2 = N @ N
+    T = eye - 0.5 * N + 0.375 * N2
+    return T - 0.3125 * (N2 @ N) if lr > 0.03 else T
+
+
+def _landed(M: GramManifold, T, S, dtype) -> torch.Tensor:
+    """Per matrix: does X T lie on M to rounding (||P(T^T S T - C)||_F <= 64 eps (1 + tr S), S = X^T X)?"""
+    n = S.size(-1)
+    off = M.gram_projector(T.mT @ S @ T - M.target(n, S.dtype, S.device))
+    trace = torch.diagonal(S, dim1=-2, dim2=-1).sum(-1)
+    return torch.isfinite(T).flatten(-2).all(-1) & (torch.linalg.matrix_norm(off) <= 64 * torch.finfo(dtype).eps * (1 + trace))
+
+
+def lean_retract(M: GramManifold, sol: GramSolve, lr: float, weight_decay: float = 0.0, dtype=torch.float32):
+    """(W+, landed, fix): the retraction of X = (1 - lr wd) W - lr A from the solve's n x n picture, without
+    a host synchronisation. X = W a' + C b' has Gram matrix S = X^T X in n x n; the factor T with X T on M:
+    Stiefel S^{-1/2} by ``inverse_sqrt_newton_schulz`` in float32 (no eigendecomposition), GramOblique
+    diag(S)^{-1/2} (exact), DGram its ``retraction_factor`` (one float64 eigh). ``landed`` (a bool per
+    matrix, a tensor) says where X T is on M to rounding; ``fix(bad)`` recomputes those by retracting the
+    m x n X itself (the optimizer reads ``landed`` in its one synchronisation per step, ``guard``)."""
+    pic, A = sol.picture, sol.A
+    X = Span((1 - lr * weight_decay) * pic.eye() - lr * A.a, -lr * A.b)
+    S = gram(pic, X, exact=True)
+    if isinstance(M, Stiefel):
+        S32 = S.to(torch.float32)
+        T = inverse_sqrt_series(S32, lr)
+        landed = _landed(M, T, S32, dtype)
+    elif isinstance(M, GramOblique):
+        d = torch.diagonal(S, dim1=-2, dim2=-1)
+        T = torch.diag_embed(torch.where(d > 0, d.clamp_min(torch.finfo(d.dtype).tiny).rsqrt(), 0))
+        landed = (d > 0).all(-1)
+    else:
+        T = M.retraction_factor(S)
+        landed = _landed(M, T, S, dtype)
+    T = torch.nan_to_num(T).to(X.a.dtype)
+    W_new = (X @ T).matrix(pic)
+
+    def fix(bad):
+        Xm = X.matrix(pic)
+        return _orient(torch.where(bad[..., None, None], M.retract(Xm), W_new), sol.wide)
+
+    return _orient(W_new, sol.wide), landed, fix
+
+
+def _orient(W, wide):
+    return W.mT if wide else W
+
+
+def square_stiefel_step(W: torch.Tensor, G: torch.Tensor, lr: float, weight_decay: float = 0.0):
+    """Manifold Muon's step on square Stiefel (W orthogonal, n x n) in closed form: (W+, gap, violation).
+
+    Tangent directions at W are A = W B with B skew, and ||A||_op = ||B||_op, so the inner problem is
+    max <S, B> over skew B with ||B||_op <= 1, S = skew(W^T G) (the symmetric part of W^T G is orthogonal to
+    every skew B). Its answer is B = msign(S): msign of a skew matrix is skew (S = U Sigma V^T gives
+    S = -S^T = -V Sigma U^T, so U V^T = -(U V^T)^T by uniqueness of the polar factor on the range), it has
+    op-norm 1, and <S, B> = ||S||_* meets the bound <S, B> <= ||S||_* ||B||_op: the certified gap is zero
+    up to rounding. One float64 eigendecomposition of S^T S = -S^2 gives it: B = S V diag(1/s) V^T on the
+    numerical range (s > 1e-6 s_max), 0 elsewhere. Where S has full rank (only possible for even n: a real
+    skew matrix of odd size is singular) B is orthogonal; in general it is a partial isometry with
+    B^T B = Pi, the projector on S's range. Then X = W Y, Y = c I - lr B (c = 1 - lr wd) has
+    X^T X = c^2 I + lr^2 Pi exactly (B skew, W^T W = I), whose inverse square root is
+    (I - Pi) / c + Pi / sqrt(c^2 + lr^2): the retraction (the polar factor of X) needs no second
+    eigendecomposition, for odd n and rank-deficient gradients too. W's own rounding off the manifold
+    (W^T W = I + E, E ~ 1e-7) is removed to first order by the factor I - E / 2, so it does not add up.
+    Products with W: W^T G, W^T W and the final W (D^{-1/2} Y T): three n x n x n products against Muon's
+    fifteen (five Newton-Schulz steps)."""
+    dt = torch.float64 if W.dtype == torch.float64 else torch.float32
+    W, G = W.to(dt), G.to(dt)
+    K = (W.mT @ G).to(torch.float64)
+    E = _sym((W.mT @ W).to(torch.float64)) - torch.eye(W.size(-1), dtype=torch.float64, device=W.device)
+    S = 0.5 * (K - K.mT)
+    lam, V = torch.linalg.eigh(S.mT @ S)
+    s = lam.clamp_min(0).sqrt()
+    keep = s > 1e-6 * s[..., -1:].clamp_min(torch.finfo(s.dtype).tiny)
+    V32, S32 = V.to(dt), S.to(dt)  # after the eigendecomposition, products in the weights' precision
+    B = ((S32 @ V32) * inv_sqrt(s, 1e-6).to(dt).unsqueeze(-2)) @ V32.mT
+    B = 0.5 * (B - B.mT)
+    Vk = V32 * keep.to(dt).unsqueeze(-2)
+    bound = (s * keep).sum(-1)
+    gap = (bound - (S * B.to(torch.float64)).sum((-2, -1))) / bound.clamp_min(torch.finfo(bound.dtype).tiny)
+    c = 1 - lr * weight_decay
+    kappa = 1 / (c * c + lr * lr) ** 0.5 - 1 / c
+    eye = torch.eye(W.size(-1), dtype=dt, device=W.device)
+    # (c I - lr B)(I / c + kappa Pi) = I + c kappa Pi - lr (1 / c + kappa) B, as B Pi = B
+    F = eye + c * kappa * (Vk @ Vk.mT) - lr * (1 / c + kappa) * B
+    F = F - 0.5 * (E.to(dt) @ F)
+    violation = rms(B + B.mT)
+    return W @ F, gap, violation
+
+
 class ManifoldMuon(MatrixOptimizer):
     """Manifold Muon on a Gram-space manifold: ``manifold`` = "stiefel", "dgram", "gram_oblique" or an instance.
 
     Args:
         lr: step length of W - lr * A (A has singular values <= 1).
         momentum, nesterov: Muon momentum on the gradient.
-        inner: "gram_admm" (default), "post", "dual_ascent" or "admm" (see the module docstring).
-        inner_steps: iteration cap (None: 16 for gram_admm, 20 for post / dual_ascent, 10 for admm).
+        inner: "lean" (default), "exact", "gram_admm", "post", "dual_ascent" or "admm" (module docstring).
+        inner_steps: iterations (None: 1 for lean, at most 200 for exact, 16 for gram_admm, 20 for post /
+            dual_ascent, 10 for admm).
         tol: gram_admm stops when the relative duality gap is <= tol (default 1e-3); dual_ascent / admm
             stop a matrix when ||H||_RMS < tol (default None: never).
         warm_start: start each solve from the previous step's multipliers (default: True for gram_admm).
@@ -93,7 +223,7 @@ class ManifoldMuon(MatrixOptimizer):
     POST_RECIPE = POST_RECIPE
 
     def __init__(self, params, lr: float = 0.02, momentum: float = 0.95, nesterov: bool = True,
-                 manifold="stiefel", inner: str = "gram_admm", inner_steps: int | None = None,
+                 manifold="stiefel", inner: str = "lean", inner_steps: int | None = None,
                  tol: float | None = None, warm_start: bool | None = None, alpha: float = 0.1,
                  rho: float | None = None, normalize: bool | None = None, weight_decay: float = 0.0,
                  msign: str | None = None, ns_steps: int | None = None, msign_dtype: torch.dtype | None = None,
@@ -116,7 +246,7 @@ class ManifoldMuon(MatrixOptimizer):
     def check_group(self, group):
         if not (isinstance(group["inner_steps"], int) and group["inner_steps"] >= 0):
             raise ValueError(f"ManifoldMuon: inner_steps must be an int >= 0, got {group['inner_steps']!r}")
-        if group["inner"] == "gram_admm" and not (isinstance(group["tol"], (int, float)) and group["tol"] >= 0):
+        if group["inner"] in ("gram_admm", "exact") and not (isinstance(group["tol"], (int, float)) and group["tol"] >= 0):
             raise ValueError(f"ManifoldMuon: gram_admm stops on a relative duality gap tol >= 0, got {group['tol']!r}")
         if group["split"] != 1:
             raise ValueError("ManifoldMuon does not split weights into row blocks; use split=1")
@@ -124,7 +254,9 @@ class ManifoldMuon(MatrixOptimizer):
     # ------------------------------------------------------------------ the Gram-space solve, fused
 
     def update(self, W, G, group, states, shape):
-        if group["inner"] != "gram_admm":
+        if group["inner"] == "lean":
+            return self._lean_update(W, G, group, states)
+        if group["inner"] not in ("gram_admm", "exact"):
             return super().update(W, G, group, states, shape)
         M = group["manifold"]
         warm = None
@@ -135,6 +267,32 @@ class ManifoldMuon(MatrixOptimizer):
                          warm=warm)
         self._record(states, group, rms(M.gram_projector(tangent_defect(sol.picture, sol.A))), sol)
         return fused_retract(M, sol, group["lr"], group["weight_decay"], W.dtype)
+
+    def _lean_update(self, W, G, group, states):
+        """The lean default: square Stiefel in closed form (``square_stiefel_step``); elsewhere ``lean_solve``
+        (the dual tracked across steps, ``inner_steps`` ADMM iterations) and ``lean_retract``. No host
+        synchronisation: diagnostics stay tensors, the retraction's guard is read once per step by ``step``."""
+        M, lr, wd = group["manifold"], group["lr"], group["weight_decay"]
+        if isinstance(M, Stiefel) and W.size(-2) == W.size(-1):
+            W_new, gap, violation = square_stiefel_step(W, G, lr, wd)
+            for i, s in enumerate(states):
+                s["tangent_violation"], s["duality_gap"] = violation[i], gap[i]
+                s["inner_iterations"] = torch.zeros((), dtype=torch.long, device=W.device)
+            return W_new
+        warm = None
+        if group["warm_start"] and all("Lambda" in s for s in states):
+            warm = (torch.stack([s["Lambda"] for s in states]),
+                    Span(torch.stack([s["U_a"] for s in states]), torch.stack([s["U_b"] for s in states])))
+        sol = lean_solve(W, G, M.gram_projector, warm=warm, steps=group["inner_steps"], rho=group["rho"],
+                         normalize=group["normalize"], diagonal=not isinstance(M, GramOblique))
+        violation = rms(M.gram_projector(tangent_defect(sol.picture, sol.A)))
+        for i, s in enumerate(states):
+            s["tangent_violation"], s["duality_gap"], s["inner_iterations"] = violation[i], sol.gap[i], sol.iterations[i]
+            if group["warm_start"]:
+                s["Lambda"], s["U_a"], s["U_b"] = sol.Lambda[i], sol.U.a[i], sol.U.b[i]
+        W_new, landed, fix = lean_retract(M, sol, lr, wd, W.dtype)
+        self.guard(landed, fix)
+        return W_new
 
     @staticmethod
     def _record(states, group, violation, sol):

@@ -2,4 +2,4 @@
 ``out_dir/<module>.json`` (with provenance). A benchmark measures and reports; it asserts nothing
 about speed. Speed is always a ratio to a baseline measured in the same run."""
 
-BENCHMARKS = ("msign", "inner_solvers", "iteration_cap", "retractions", "optimizer_step", "training")
+BENCHMARKS = ("msign", "inner_solvers", "iteration_cap", "retractions", "optimizer_step", "training", "solver_table")

@@ -1,0 +1,120 @@
+"""The lean default step (issue 19): square Stiefel in closed form, the lean solve's certificate, the eigh-free
+retractions, and one host synchronisation per optimizer step."""
+
+import pytest
+import torch
+
+from manifold_muon.manifolds import get_manifold
+from manifold_muon.opcount import OpCounter
+from manifold_muon.optim import ManifoldMuon, Muon
+from manifold_muon.optim.inner_solvers import gram_solve, lean_solve
+from manifold_muon.optim.manifold_muon import inverse_sqrt_newton_schulz, inverse_sqrt_series, square_stiefel_step
+
+NAMES = ["stiefel", "dgram", "gram_oblique"]
+SHAPES = [(12, 5), (5, 12), (8, 8), (7, 7)]
+
+
+def spectrum_momentum(shape, g, decay=1.3, rank=None):
+    m, n = shape
+    k = min(m, n)
+    U = torch.linalg.qr(torch.randn(m, k, generator=g, dtype=torch.float64))[0]
+    V = torch.linalg.qr(torch.randn(n, k, generator=g, dtype=torch.float64))[0]
+    s = torch.arange(1, k + 1, dtype=torch.float64).pow(-decay)
+    if rank is not None:
+        s[rank:] = 0
+    return ((U * s) @ V.mT).float()
+
+
+@pytest.mark.parametrize("n", [6, 7, 16, 17])
+@pytest.mark.parametrize("rank", [None, 3])
+def test_square_stiefel_closed_form_is_the_certified_optimum(n, rank):
+    """Even and odd n, full-rank and rank-deficient gradients: gap <= 1e-6, the direction equals the float64
+    certified reference, and the closed-form retraction is the polar factor of W - lr A (on the manifold)."""
+    g = torch.Generator().manual_seed(n)
+    M = get_manifold("stiefel")
+    W = M.random_point((n, n), generator=g)
+    G = spectrum_momentum((n, n), g, rank=rank)
+    lr = 0.1
+    W_new, gap, violation = square_stiefel_step(W, G, lr)
+    assert float(gap.abs()) <= 1e-6 and float(violation) < 1e-6
+    ref = gram_solve(W.double(), G.double(), M.gram_projector, steps=2000, tol=1e-10)
+    assert float(ref.gap) <= 1e-6
+    expected = M.retract(W.double() - lr * ref.matrix())
+    assert float((W_new.double() - expected).norm() / expected.norm()) < 1e-5
+    assert float(M.residual(W_new)) < 1e-5
+
+
+@pytest.mark.parametrize("name", NAMES)
+@pytest.mark.parametrize("shape", SHAPES)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_lean_certificate_is_honest(name, shape, dtype):
+    """The reported gap bounds the true relative sub-optimality of the returned direction (against a float64
+    certified optimum), and the direction is feasible: tangent and inside the unit op-norm ball."""
+    g = torch.Generator().manual_seed(hash((name, shape)) % 1000)
+    M = get_manifold(name)
+    W = M.random_point(shape, generator=g).to(dtype)
+    G = spectrum_momentum(shape, g).to(dtype)
+    sol = lean_solve(W, G, M.gram_projector, steps=1, diagonal=name != "gram_oblique")
+    A = sol.matrix().double()
+    Wd, Gd = W.double(), G.double() / G.double().pow(2).mean().sqrt()
+    slack = 1e-4 if dtype == torch.float32 else 4 * 2**-8  # bf16: W itself is on the manifold only to its rounding
+    assert float(torch.linalg.matrix_norm(A, ord=2)) <= 1 + (1e-5 if dtype == torch.float32 else slack)
+    assert float(M.tangent_residual(Wd, A)) <= slack * min(shape)
+    ref = gram_solve(Wd, Gd, M.gram_projector, steps=3000, tol=1e-9)
+    opt_value = float((Gd * ref.matrix()).sum())
+    true_gap = (opt_value - float((Gd * A).sum())) / opt_value
+    assert true_gap <= float(sol.gap) + slack
+
+
+@pytest.mark.parametrize("lr", [0.01, 0.05, 0.15, 0.5])
+def test_eigh_free_inverse_square_roots(lr):
+    g = torch.Generator().manual_seed(3)
+    A = torch.randn(10, 6, generator=g, dtype=torch.float64)
+    A = A / torch.linalg.matrix_norm(A, ord=2)
+    S = torch.eye(6, dtype=torch.float64) + lr**2 * A.mT @ A
+    lam, V = torch.linalg.eigh(S)
+    exact = (V * lam.rsqrt()) @ V.mT
+    assert torch.allclose(inverse_sqrt_series(S, lr), exact, atol=1e-7)
+    assert torch.allclose(inverse_sqrt_newton_schulz(S, 5), exact, atol=1e-10)
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_lean_step_reads_the_host_once_per_step(name):
+    """The default step of several weights (tall, wide, square) makes one host synchronisation in all: the
+    non-finite check and the retraction guards are read together; diagnostics stay tensors."""
+    M = get_manifold(name)
+    Ws = [torch.nn.Parameter(M.random_point(s)) for s in [(12, 5), (5, 12), (8, 8), (12, 5)]]
+    opt = ManifoldMuon(Ws, lr=0.05, manifold=name)
+    for _ in range(2):
+        for w in Ws:
+            w.grad = torch.randn(w.shape)
+        with OpCounter(12) as ops:
+            opt.step()
+    assert ops.counts["sync"] == 1
+    assert all(isinstance(opt.state[w]["duality_gap"], torch.Tensor) for w in Ws)
+
+
+def test_opcounter_counts_what_it_sees():
+    """The counter is not blind: Muon's step has 5 Newton-Schulz steps of 2 full-size products each."""
+    W = torch.nn.Parameter(torch.randn(24, 8))
+    opt = Muon([W])
+    W.grad = torch.randn(24, 8)
+    with OpCounter(24) as ops:
+        opt.step()
+    assert ops.counts["matmul_full"] == 10 and ops.counts["matmul_small"] == 5 and ops.counts["eigh"] == 0
+    with OpCounter(24) as ops:
+        float(W.sum())
+    assert ops.counts["sync"] == 1
+
+
+def test_lean_guard_falls_back_where_the_fast_retraction_misses():
+    """A weight knocked off its manifold (so the series' premise fails) is still put back on it: the guard
+    sees the miss and the step retracts the m x n matrix itself."""
+    M = get_manifold("stiefel")
+    W = torch.nn.Parameter(M.random_point((12, 5)))
+    with torch.no_grad():
+        W.mul_(1.5)  # off the manifold: X^T X is far from I
+    opt = ManifoldMuon([W], lr=0.05)
+    W.grad = torch.randn(12, 5)
+    opt.step()
+    assert float(M.residual(W.detach())) < 1e-5
