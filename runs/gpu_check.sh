@@ -23,6 +23,15 @@ RESULT_DIR=${OUT:-runs/bench}
 mkdir -p "$RESULT_DIR"
 nvidia-smi --query-gpu=name,memory.total --format=csv,noheader || true
 
+# First the solver's table on the GPU (about a minute): at GPT-2 small's four shapes, each Gram manifold, the
+# lean default and the post's recipe against Muon's float32 step of the same matrix, with the operation counts
+# (products, eigendecompositions, host synchronisations); timing only (no float64 reference on the GPU).
+RESULT_DIR="$RESULT_DIR" timeout 240 "$PY" -c "
+import os; from pathlib import Path
+from manifold_muon_book.bench import solver_table
+solver_table.main(Path(os.environ['RESULT_DIR']), ref_max_n=0, exact_max_n=0, fail_on_miss=False)
+" || echo "solver_table did not finish in 240 s"
+
 export PRESET=${PRESET:-gpt2-124m} STEPS=${STEPS:-30} DEVICE=${DEVICE:-cuda}
 BUDGET_S=${BUDGET_S:-420} RESULT_DIR="$RESULT_DIR" timeout 540 "$PY" - <<'EOF'
 import json, os, statistics, tempfile, time

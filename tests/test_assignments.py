@@ -155,3 +155,13 @@ def test_overrides_win_over_the_assignments_own_options():
     assert all(g["msign_dtype"] == torch.bfloat16 for g in default.param_groups)
     fp32 = build_optimizers(model, "unconstrained", msign_dtype=torch.float32, ns_steps=7)[0]
     assert all(g["msign_dtype"] == torch.float32 and g["ns_steps"] == 7 for g in fp32.param_groups)
+
+
+def test_a_manifold_override_is_refused_not_ignored():
+    from torch import nn
+
+    model = nn.Module()
+    model.attn = nn.Module()
+    model.attn.c_proj = nn.Linear(8, 8, bias=False)
+    with pytest.raises(ValueError, match="would be ignored"):
+        build_optimizers(model, "all_stiefel", manifold="nosuch")

@@ -284,7 +284,7 @@ def test_assignments_take_the_solver_by_name():
             mm = [o for o in opts if isinstance(o, ManifoldMuon)]
             assert bool(mm) == (assignment != "unconstrained")
             for o in mm:
-                assert all(g["inner"] == (inner or "lean") for g in o.param_groups)
+                assert all(g["inner"] == (inner or "gram_admm") for g in o.param_groups)
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])

@@ -247,3 +247,12 @@ def test_square_stiefel_is_solved_by_the_initial_multiplier(n):
     A_ref, _, _ = exact_solution(W, G, M.gram_projector, steps=300)
     A, _, hist = dual_ascent(W, G, M.gram_projector, steps=0, msign_fn=msign_exact)
     assert hist == [] and torch.allclose(A, A_ref, atol=1e-8)
+
+
+@pytest.mark.parametrize("inner", ["lean", "exact", "gram_admm"])
+@pytest.mark.parametrize("setting", [dict(ns_steps=1), dict(msign="newton_schulz"), dict(msign_dtype=torch.bfloat16)])
+def test_msign_settings_are_refused_where_the_solve_computes_msign_exactly(inner, setting):
+    W = torch.nn.Parameter(get_manifold("stiefel").random_point((6, 3)))
+    with pytest.raises(ValueError, match="would do nothing"):
+        ManifoldMuon([W], inner=inner, **setting)
+    ManifoldMuon([W], inner="post", **setting)  # there they act

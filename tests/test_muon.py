@@ -115,3 +115,28 @@ def test_bad_config_is_refused():
         Muon(W, msign="qr")
     with pytest.raises(ValueError, match="lr"):
         Muon(W, lr=-1.0)
+
+
+def test_default_muon_is_torch_optim_muon_bit_for_bit():
+    """Muon() with default arguments takes exactly torch.optim.Muon()'s steps: several steps, tall, wide and square
+    weights, two param groups (one with its own lr and weight decay), same-shape weights batched."""
+    torch.manual_seed(0)
+    shapes = [(32, 16), (16, 48), (16, 48), (20, 20)]
+    ours = [torch.nn.Parameter(torch.randn(s)) for s in shapes]
+    theirs = [torch.nn.Parameter(p.detach().clone()) for p in ours]
+    groups = lambda ps: [{"params": ps[:2]}, {"params": ps[2:], "lr": 0.01, "weight_decay": 0.0}]
+    a, b = Muon(groups(ours)), torch.optim.Muon(groups(theirs))
+    for _ in range(6):
+        for p, q in zip(ours, theirs):
+            g = torch.randn(p.shape)
+            p.grad, q.grad = g.clone(), g.clone()
+        a.step()
+        b.step()
+    assert all(torch.equal(p, q) for p, q in zip(ours, theirs))
+
+
+def test_newton_schulz_settings_are_refused_where_they_would_do_nothing():
+    W = torch.nn.Parameter(torch.randn(8, 4))
+    with pytest.raises(ValueError, match="do nothing with msign='polar_express'"):
+        Muon([W], msign="polar_express", ns_coefficients=(3.0, -3.0, 1.0))
+    Muon([W], msign="polar_express")  # the defaults are fine

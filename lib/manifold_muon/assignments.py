@@ -217,10 +217,15 @@ def build_optimizers(model: torch.nn.Module, assignment, lr: float = 0.02, adamw
 
     ``inner`` picks Manifold Muon's inner solver wherever the assignment uses it and is ignored where it
     does not (so one setting trains all five of the post's assignments): None or "gram_admm" (the
-    library's default, a certified Gram-space solve), "post" (the post's recipe, ``POST_RECIPE``: 20 cold
+    library's default, a certified Gram-space solve), "lean" (about Muon's price, certified gap ~0.1),
+    "exact" (ADMM then Newton on the dual, gap 1e-6), "post" (the post's recipe, ``POST_RECIPE``: 20 cold
     dual-ascent steps, alpha 0.1 linearly decayed, Newton-Schulz msign, raw momentum), "dual_ascent"
     (the same on unit-RMS G with the package's msign) or "admm".
     """
+    if "manifold" in overrides:
+        raise ValueError("build_optimizers: the assignment chooses each parameter's manifold, so manifold= would be "
+                         "ignored; pass an assignment whose rules name the manifold you want (see ASSIGNMENTS), or "
+                         "manifold_args= to change the assignment's manifolds' arguments")
     if inner is not None:
         overrides = {**overrides, "inner": inner} if any(
             r["optimizer"] == "manifold_muon" for r in plan(model, assignment, roles, split_qkv)) else overrides

@@ -6,15 +6,18 @@
 
 Inner solvers (``inner``):
 
-* ``"lean"`` (default): Manifold Muon at about Muon's price. Square Stiefel in closed form
+* ``"lean"``: Manifold Muon at about Muon's price. Square Stiefel in closed form
   (``square_stiefel_step``: one eigendecomposition, exact, gap 0 to rounding, retraction free); elsewhere
   ``inner_solvers.lean_solve``: the dual (Lambda, U) carried from the previous step, ``inner_steps`` (1) ADMM
   iterations, one certificate, and ``lean_retract`` (Stiefel by a series, no eigendecomposition; Oblique
   exact; DGram one eigh). Fixed work per matrix and no host synchronisation; the certified gap is
   recorded, not enforced (on training-like momenta it is about 0.1-0.3: the measured accuracy-cost table
-  is the benchmark ``solver_table`` and chapter 03).
-* ``"exact"``: ``"gram_admm"`` run to a relative gap of 1e-6 (at most 200 iterations).
-* ``"gram_admm"``: ``inner_solvers.gram_solve``, Buchanan's ADMM (over-relaxed) run on n x n coefficients,
+  is the benchmark ``solver_table`` and chapter 03). Not the default: at the cpu preset it trains measurably
+  worse than ``"gram_admm"`` (chapter 05, run ``solver_training``).
+* ``"exact"``: ``inner_solvers.exact_solve``: ``inner_steps`` (16) warm-started ADMM iterations, then damped
+  Newton-CG on the dual (quadratic near the optimum), then more ADMM where neither certified, until the
+  relative gap is ``tol`` (1e-6). Reads the host to stop; for references and for studying the solver's accuracy.
+* ``"gram_admm"`` (default): ``inner_solvers.gram_solve``, Buchanan's ADMM (over-relaxed) run on n x n coefficients,
   warm-started from the previous step's multipliers, stopped by a certificate (relative duality gap
   <= ``tol``) or after ``inner_steps`` iterations; the direction and the retraction are fused into one
   final product (the retraction's Gram matrix is known in n x n, ``GramManifold.retraction_factor``).
@@ -39,8 +42,8 @@ import torch
 from ..manifolds.gram import DGram, GramManifold, GramOblique, Stiefel
 from ..msign import DEFAULT, msign
 from .base import MatrixOptimizer
-from .inner_solvers import (GramSolve, Span, _sym, admm, dual_ascent, gram, gram_solve, inv_sqrt, lean_solve, rms,
-                            tangent_defect)
+from .inner_solvers import (GramSolve, Span, _sym, admm, dual_ascent, exact_solve, gram, gram_solve, inv_sqrt,
+                            lean_solve, rms, tangent_defect)
 
 
 __all__ = ["ManifoldMuon", "POST_RECIPE", "fused_retract", "lean_retract", "square_stiefel_step", "post_msign",
@@ -56,14 +59,18 @@ def post_msign(X: torch.Tensor) -> torch.Tensor:
     """The post's matrix sign, as ``POST_RECIPE`` names it: Jordan's quintic Newton-Schulz, 5 steps."""
     return msign(X, POST_RECIPE["msign"], POST_RECIPE["ns_steps"])
 
+# The solvers that compute msign exactly (an n x n eigendecomposition) and so take no msign setting.
+EXACT_MSIGN = ("lean", "exact", "gram_admm")
+
 # Settings left at None take these, per solver.
 SOLVER_DEFAULTS = {
     "lean": dict(inner_steps=1, tol=None, warm_start=True, normalize=True, msign=DEFAULT.method,
                  ns_steps=DEFAULT.steps),
     "gram_admm": dict(inner_steps=16, tol=1e-3, warm_start=True, normalize=True, msign=DEFAULT.method,
                       ns_steps=DEFAULT.steps),
-    # the exact mode: the certified solve run until its relative gap is 1e-6 (at most 200 iterations)
-    "exact": dict(inner_steps=200, tol=1e-6, warm_start=True, normalize=True, msign=DEFAULT.method,
+    # the exact mode: 16 warm ADMM iterations, then Newton on the dual, until the relative gap is 1e-6
+    # (``inner_solvers.exact_solve``)
+    "exact": dict(inner_steps=16, tol=1e-6, warm_start=True, normalize=True, msign=DEFAULT.method,
                   ns_steps=DEFAULT.steps),
     "post": POST_RECIPE,
     "dual_ascent": dict(inner_steps=20, tol=None, warm_start=False, normalize=True, msign=DEFAULT.method,
@@ -206,16 +213,17 @@ class ManifoldMuon(MatrixOptimizer):
     Args:
         lr: step length of W - lr * A (A has singular values <= 1).
         momentum, nesterov: Muon momentum on the gradient.
-        inner: "lean" (default), "exact", "gram_admm", "post", "dual_ascent" or "admm" (module docstring).
-        inner_steps: iterations (None: 1 for lean, at most 200 for exact, 16 for gram_admm, 20 for post /
-            dual_ascent, 10 for admm).
+        inner: "gram_admm" (default), "lean", "exact", "post", "dual_ascent" or "admm" (module docstring).
+        inner_steps: iterations (None: 1 for lean, 16 ADMM before Newton for exact, 16 for gram_admm, 20 for
+            post / dual_ascent, 10 for admm).
         tol: gram_admm stops when the relative duality gap is <= tol (default 1e-3); dual_ascent / admm
             stop a matrix when ||H||_RMS < tol (default None: never).
         warm_start: start each solve from the previous step's multipliers (default: True for gram_admm).
         alpha: dual-ascent step (linear decay to 0); rho: ADMM penalty (None: 1/sqrt(n)).
         normalize: rescale G to unit RMS before the solve (default True; False for "post", as the post does).
-        msign, ns_steps, msign_dtype: the msign inside dual_ascent / admm (None: the package's DEFAULT,
-            Newton-Schulz 5 for "post"); gram_admm computes msign exactly through an n x n eigh.
+        msign, ns_steps, msign_dtype: the msign inside post / dual_ascent / admm (None: the package's DEFAULT,
+            Newton-Schulz 5 for "post"); lean, exact and gram_admm compute msign exactly through an n x n eigh
+            and refuse them.
     """
 
     manifold_family = GramManifold
@@ -223,7 +231,7 @@ class ManifoldMuon(MatrixOptimizer):
     POST_RECIPE = POST_RECIPE
 
     def __init__(self, params, lr: float = 0.02, momentum: float = 0.95, nesterov: bool = True,
-                 manifold="stiefel", inner: str = "lean", inner_steps: int | None = None,
+                 manifold="stiefel", inner: str = "gram_admm", inner_steps: int | None = None,
                  tol: float | None = None, warm_start: bool | None = None, alpha: float = 0.1,
                  rho: float | None = None, normalize: bool | None = None, weight_decay: float = 0.0,
                  msign: str | None = None, ns_steps: int | None = None, msign_dtype: torch.dtype | None = None,
@@ -238,6 +246,13 @@ class ManifoldMuon(MatrixOptimizer):
         inner = param_group.get("inner", self.defaults["inner"])
         if inner not in SOLVER_DEFAULTS:
             raise ValueError(f"ManifoldMuon: unknown inner solver {inner!r}; choose one of {', '.join(SOLVER_DEFAULTS)}")
+        if inner in EXACT_MSIGN:  # these compute msign from an n x n eigendecomposition: an msign setting would do nothing
+            given = [k for k in ("msign", "ns_steps", "msign_dtype") if param_group.get(k, self.defaults.get(k)) is not None]
+            if given:
+                raise ValueError(f"ManifoldMuon(inner={inner!r}) computes msign exactly from an n x n eigendecomposition, "
+                                 f"so {', '.join(given)} would do nothing; leave it out, or choose inner='post', "
+                                 "'dual_ascent' or 'admm', which iterate an msign")
+
         for key, value in SOLVER_DEFAULTS[inner].items():
             if param_group.get(key, self.defaults.get(key)) is None:
                 param_group[key] = value
@@ -263,8 +278,11 @@ class ManifoldMuon(MatrixOptimizer):
         if group["warm_start"] and all("Lambda" in s for s in states):
             warm = (torch.stack([s["Lambda"] for s in states]),
                     Span(torch.stack([s["U_a"] for s in states]), torch.stack([s["U_b"] for s in states])))
-        sol = gram_solve(W, G, M.gram_projector, steps=group["inner_steps"], tol=group["tol"], rho=group["rho"],
-                         warm=warm)
+        if group["inner"] == "exact":
+            sol = exact_solve(W, G, M.gram_projector, warm=warm, tol=group["tol"], admm_steps=group["inner_steps"])
+        else:
+            sol = gram_solve(W, G, M.gram_projector, steps=group["inner_steps"], tol=group["tol"], rho=group["rho"],
+                             warm=warm)
         self._record(states, group, rms(M.gram_projector(tangent_defect(sol.picture, sol.A))), sol)
         return fused_retract(M, sol, group["lr"], group["weight_decay"], W.dtype)
 

@@ -103,7 +103,7 @@ class _SphereOptimizer(MatrixOptimizer):
         violation = ((Theta * O).sum(dim=(-2, -1)).abs()
                      / (torch.linalg.matrix_norm(Theta) * torch.linalg.matrix_norm(O)).clamp_min(1e-30))
         for s, v in zip(states, violation.reshape(len(states), -1).amax(dim=1)):
-            s["tangent_violation"] = float(v)
+            s["tangent_violation"] = v  # a tensor: read when logged, not every step
         R = manifold.radius(W.shape)
         return group["c"] * R * O / (manifold.norm(O) + group["eps"])[..., None, None]
 
