@@ -48,6 +48,9 @@ SCREENSHOTS = {
     "chapters/06_softmax_jacobian.html": "chapter_06.png",
     "chapters/06_softmax_jacobian.html#verdict-b-sj-06": "chapter_06_verdict.png",
     "chapters/06_softmax_jacobian.html#tab-sj-decay": "chapter_06_table.png",
+    "chapters/03_dual_ascent.html#sec-da-lean": "chapter_03_lean.png",
+    "chapters/03_dual_ascent.html#fig-lean-picture": "chapter_03_lean_picture.png",
+    "chapters/05_five_assignments.html#tab-solver-training": "chapter_05_solver_training.png",
     "book/claims.html": "claims_page.png",
     "book/claims.html#claims-table": "claims_table.png",
 }
