@@ -256,3 +256,10 @@ def test_msign_settings_are_refused_where_the_solve_computes_msign_exactly(inner
     with pytest.raises(ValueError, match="would do nothing"):
         ManifoldMuon([W], inner=inner, **setting)
     ManifoldMuon([W], inner="post", **setting)  # there they act
+
+
+def test_a_stopping_tolerance_is_refused_by_the_fixed_work_lean_step():
+    W = torch.nn.Parameter(get_manifold("stiefel").random_point((6, 3)))
+    with pytest.raises(ValueError, match="tol would do nothing"):
+        ManifoldMuon([W], inner="lean", tol=1e-3)
+    ManifoldMuon([W], inner="gram_admm", tol=1e-3)

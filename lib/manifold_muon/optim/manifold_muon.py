@@ -246,6 +246,10 @@ class ManifoldMuon(MatrixOptimizer):
         inner = param_group.get("inner", self.defaults["inner"])
         if inner not in SOLVER_DEFAULTS:
             raise ValueError(f"ManifoldMuon: unknown inner solver {inner!r}; choose one of {', '.join(SOLVER_DEFAULTS)}")
+        if inner == "lean" and param_group.get("tol", self.defaults.get("tol")) is not None:
+            raise ValueError("ManifoldMuon(inner='lean') does a fixed amount of work (inner_steps ADMM iterations) and "
+                             "records its certified gap instead of stopping on one, so tol would do nothing; leave it "
+                             "out, raise inner_steps, or choose inner='gram_admm' or 'exact', which stop at tol")
         if inner in EXACT_MSIGN:  # these compute msign from an n x n eigendecomposition: an msign setting would do nothing
             given = [k for k in ("msign", "ns_steps", "msign_dtype") if param_group.get(k, self.defaults.get(k)) is not None]
             if given:
