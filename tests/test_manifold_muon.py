@@ -8,6 +8,7 @@ import torch
 
 from manifold_muon.manifolds import get_manifold
 from manifold_muon.optim import ManifoldMuon
+from manifold_muon.optim.manifold_muon import SOLVER_SETTINGS
 from manifold_muon.optim.inner_solvers import admm, dual_ascent, exact_solution, svt
 
 NAMES = ["stiefel", "dgram", "gram_oblique"]
@@ -258,8 +259,44 @@ def test_msign_settings_are_refused_where_the_solve_computes_msign_exactly(inner
     ManifoldMuon([W], inner="post", **setting)  # there they act
 
 
-def test_a_stopping_tolerance_is_refused_by_the_fixed_work_lean_step():
+# A value unlike each setting's default, to see that it acts.
+_OTHER = dict(inner_steps=lambda d: d + 3, tol=lambda d: 1e9 if d is None else 0.5, warm_start=lambda d: not d,
+              alpha=lambda d: 0.5, rho=lambda d: 3.0, normalize=lambda d: not d,
+              msign=lambda d: "polar_express" if d == "newton_schulz" else "newton_schulz", ns_steps=lambda d: 2,
+              msign_dtype=lambda d: torch.bfloat16)
+
+
+def _two_steps(**settings):
+    torch.manual_seed(0)
+    W = torch.nn.Parameter(get_manifold("stiefel").random_point((12, 5)).double())
+    opt = ManifoldMuon([W], lr=0.1, **settings)
+    G = torch.randn_like(W)
+    for _ in range(3):  # correlated gradients, as in training: a warm start has something to keep
+        W.grad = G + 0.05 * torch.randn_like(W)
+        opt.step()
+    return W.detach().clone()
+
+
+@pytest.mark.parametrize("inner", list(SOLVER_SETTINGS))
+@pytest.mark.parametrize("setting", list(_OTHER))
+def test_every_setting_acts_or_is_refused(inner, setting):
+    """A setting the chosen solver reads changes the weights; one it does not read is refused, with a
+    message that names the solvers that do read it."""
     W = torch.nn.Parameter(get_manifold("stiefel").random_point((6, 3)))
-    with pytest.raises(ValueError, match="tol would do nothing"):
-        ManifoldMuon([W], inner="lean", tol=1e-3)
-    ManifoldMuon([W], inner="gram_admm", tol=1e-3)
+    default = ManifoldMuon([W], inner=inner).param_groups[0][setting]
+    value = _OTHER[setting](default)
+    if setting not in SOLVER_SETTINGS[inner]:
+        readers = [s for s, keys in SOLVER_SETTINGS.items() if setting in keys]
+        with pytest.raises(ValueError, match=f"does not read {setting}.*{readers[0]}"):
+            ManifoldMuon([W], inner=inner, **{setting: value})
+        return
+    base = dict(inner=inner, tol=0.0) if setting == "inner_steps" and inner in ("gram_admm", "exact") else dict(inner=inner)
+    # (a solve stopped by tol before its cap shows inner_steps only when run to the cap)
+    assert not torch.equal(_two_steps(**base), _two_steps(**{**base, setting: value})), \
+        f"{setting}={value!r} did nothing with inner={inner!r}"
+
+
+def test_split_is_refused_with_a_sentence():
+    W = torch.nn.Parameter(get_manifold("stiefel").random_point((6, 3)))
+    with pytest.raises(ValueError, match="separate parameters"):
+        ManifoldMuon([W], split=3)

@@ -292,8 +292,10 @@ def test_bad_config_is_refused():
         SSO([p], manifold="frobenius_sphere")
     with pytest.raises(ValueError, match="newton_schulz"):
         FSO([p], msign="qr")
-    with pytest.raises(ValueError, match="max_iter"):
-        FSO([p], max_iter=0)
+    with pytest.raises(ValueError, match="inner_steps"):
+        FSO([p], inner_steps=0)
+    with pytest.raises(TypeError, match="max_iter"):  # the cap on bisection msigns is inner_steps, as in ManifoldMuon
+        FSO([p], max_iter=10)
     opt = MACRO([p])
     with pytest.raises(ValueError, match="AdamW"):
         opt.add_param_group({"params": [torch.nn.Parameter(torch.randn(3))]})

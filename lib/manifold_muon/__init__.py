@@ -13,6 +13,6 @@ from .assignments import ASSIGNMENTS, build_optimizers, describe, retract_parame
 from .manifolds import available_manifolds, get_manifold
 from .optim import FSO, MACRO, SSO, TORCH_MUON, ManifoldMuon, MatrixOptimizer, Muon, MuonH
 
-__version__ = "0.2.0"
+__version__ = "0.4.0"  # the wheel's version (lib/pyproject.toml reads it from here)
 __all__ = ["Muon", "TORCH_MUON", "ManifoldMuon", "MACRO", "MuonH", "SSO", "FSO", "MatrixOptimizer", "ASSIGNMENTS",
            "build_optimizers", "describe", "retract_parameters", "available_manifolds", "get_manifold"]

@@ -62,7 +62,8 @@ def post_msign(X: torch.Tensor) -> torch.Tensor:
 # The solvers that compute msign exactly (an n x n eigendecomposition) and so take no msign setting.
 EXACT_MSIGN = ("lean", "exact", "gram_admm")
 
-# Settings left at None take these, per solver.
+# Settings left at None take these, per solver (a solver's unread settings are filled too, so that every
+# group holds every key; SOLVER_SETTINGS says which it reads, and a user-given unread one is refused).
 SOLVER_DEFAULTS = {
     "lean": dict(inner_steps=1, tol=None, warm_start=True, normalize=True, msign=DEFAULT.method,
                  ns_steps=DEFAULT.steps),
@@ -73,10 +74,30 @@ SOLVER_DEFAULTS = {
     "exact": dict(inner_steps=16, tol=1e-6, warm_start=True, normalize=True, msign=DEFAULT.method,
                   ns_steps=DEFAULT.steps),
     "post": POST_RECIPE,
-    "dual_ascent": dict(inner_steps=20, tol=None, warm_start=False, normalize=True, msign=DEFAULT.method,
+    "dual_ascent": dict(inner_steps=20, alpha=0.1, tol=None, warm_start=False, normalize=True, msign=DEFAULT.method,
                         ns_steps=DEFAULT.steps),
     "admm": dict(inner_steps=10, tol=None, warm_start=False, normalize=True, msign=DEFAULT.method,
                  ns_steps=DEFAULT.steps),
+}
+
+# What each solver reads; a setting given for a solver that does not read it is refused (it would do nothing).
+# ``rho`` None means 1/sqrt(n) where it is read; ``msign_dtype`` None means the compute dtype.
+SOLVER_SETTINGS = {
+    "lean": ("inner_steps", "warm_start", "normalize", "rho"),
+    "gram_admm": ("inner_steps", "tol", "warm_start", "rho"),
+    "exact": ("inner_steps", "tol", "warm_start"),
+    "post": ("inner_steps", "alpha", "tol", "warm_start", "normalize", "msign", "ns_steps", "msign_dtype"),
+    "dual_ascent": ("inner_steps", "alpha", "tol", "warm_start", "normalize", "msign", "ns_steps", "msign_dtype"),
+    "admm": ("inner_steps", "rho", "tol", "warm_start", "msign", "ns_steps", "msign_dtype"),
+}
+_WHY_NOT = {
+    "tol": "it does a fixed amount of work (inner_steps iterations) and records its certified gap instead of stopping on one",
+    "msign": "it computes msign exactly from an n x n eigendecomposition",
+    "ns_steps": "it computes msign exactly from an n x n eigendecomposition",
+    "msign_dtype": "it computes msign exactly from an n x n eigendecomposition",
+    "alpha": "alpha is the step of dual ascent (inner='post' or 'dual_ascent')",
+    "rho": "rho is the ADMM penalty (inner='gram_admm', 'lean' or 'admm')",
+    "normalize": "it does not rescale G before its solve",
 }
 
 
@@ -216,14 +237,19 @@ class ManifoldMuon(MatrixOptimizer):
         inner: "gram_admm" (default), "lean", "exact", "post", "dual_ascent" or "admm" (module docstring).
         inner_steps: iterations (None: 1 for lean, 16 ADMM before Newton for exact, 16 for gram_admm, 20 for
             post / dual_ascent, 10 for admm).
-        tol: gram_admm stops when the relative duality gap is <= tol (default 1e-3); dual_ascent / admm
-            stop a matrix when ||H||_RMS < tol (default None: never).
+        tol: the relative residual the inner solve stops at: gram_admm / exact stop when the relative
+            duality gap is <= tol (1e-3 / 1e-6); dual_ascent / admm stop a matrix when ||H||_RMS < tol
+            (default None: never). lean does fixed work and refuses it.
         warm_start: start each solve from the previous step's multipliers (default: True for gram_admm).
-        alpha: dual-ascent step (linear decay to 0); rho: ADMM penalty (None: 1/sqrt(n)).
-        normalize: rescale G to unit RMS before the solve (default True; False for "post", as the post does).
+        alpha: dual-ascent step (linear decay to 0), read by post / dual_ascent; rho: ADMM penalty
+            (None: 1/sqrt(n)), read by gram_admm / lean / admm.
+        normalize: rescale G to unit RMS before the solve (lean, post and dual_ascent; False for "post", as
+            the post does).
         msign, ns_steps, msign_dtype: the msign inside post / dual_ascent / admm (None: the package's DEFAULT,
-            Newton-Schulz 5 for "post"); lean, exact and gram_admm compute msign exactly through an n x n eigh
-            and refuse them.
+            Newton-Schulz 5 for "post"); lean, exact and gram_admm compute msign exactly through an n x n eigh.
+
+    Every setting left at None takes its solver's default (``SOLVER_DEFAULTS``); a setting the chosen solver
+    does not read (``SOLVER_SETTINGS``) is refused with a ValueError that names the solvers that read it.
     """
 
     manifold_family = GramManifold
@@ -232,13 +258,13 @@ class ManifoldMuon(MatrixOptimizer):
 
     def __init__(self, params, lr: float = 0.02, momentum: float = 0.95, nesterov: bool = True,
                  manifold="stiefel", inner: str = "gram_admm", inner_steps: int | None = None,
-                 tol: float | None = None, warm_start: bool | None = None, alpha: float = 0.1,
+                 tol: float | None = None, warm_start: bool | None = None, alpha: float | None = None,
                  rho: float | None = None, normalize: bool | None = None, weight_decay: float = 0.0,
                  msign: str | None = None, ns_steps: int | None = None, msign_dtype: torch.dtype | None = None,
-                 nonfinite: str = "raise"):
+                 nonfinite: str = "raise", split: int = 1):
         super().__init__(params, lr=lr, momentum=momentum, nesterov=nesterov, weight_decay=weight_decay,
                          msign=msign, ns_steps=ns_steps, msign_dtype=msign_dtype, nonfinite=nonfinite,
-                         manifold=manifold, inner=inner, inner_steps=inner_steps, alpha=alpha, rho=rho, tol=tol,
+                         manifold=manifold, split=split, inner=inner, inner_steps=inner_steps, alpha=alpha, rho=rho, tol=tol,
                          warm_start=warm_start, normalize=normalize)
 
     def add_param_group(self, param_group: dict) -> None:
@@ -246,17 +272,15 @@ class ManifoldMuon(MatrixOptimizer):
         inner = param_group.get("inner", self.defaults["inner"])
         if inner not in SOLVER_DEFAULTS:
             raise ValueError(f"ManifoldMuon: unknown inner solver {inner!r}; choose one of {', '.join(SOLVER_DEFAULTS)}")
-        if inner == "lean" and param_group.get("tol", self.defaults.get("tol")) is not None:
-            raise ValueError("ManifoldMuon(inner='lean') does a fixed amount of work (inner_steps ADMM iterations) and "
-                             "records its certified gap instead of stopping on one, so tol would do nothing; leave it "
-                             "out, raise inner_steps, or choose inner='gram_admm' or 'exact', which stop at tol")
-        if inner in EXACT_MSIGN:  # these compute msign from an n x n eigendecomposition: an msign setting would do nothing
-            given = [k for k in ("msign", "ns_steps", "msign_dtype") if param_group.get(k, self.defaults.get(k)) is not None]
-            if given:
-                raise ValueError(f"ManifoldMuon(inner={inner!r}) computes msign exactly from an n x n eigendecomposition, "
-                                 f"so {', '.join(given)} would do nothing; leave it out, or choose inner='post', "
-                                 "'dual_ascent' or 'admm', which iterate an msign")
-
+        inert = [k for k in ("inner_steps", "tol", "warm_start", "alpha", "rho", "normalize", "msign", "ns_steps",
+                             "msign_dtype")
+                 if k not in SOLVER_SETTINGS[inner] and param_group.get(k, self.defaults.get(k)) is not None]
+        if inert:
+            readers = {k: [s for s, keys in SOLVER_SETTINGS.items() if k in keys] for k in inert}
+            raise ValueError(f"ManifoldMuon(inner={inner!r}) does not read {', '.join(inert)} "
+                             f"({'; '.join(dict.fromkeys(_WHY_NOT[k] for k in inert))}), so it would do nothing: "
+                             "leave it out, or choose an inner solver that reads it ("
+                             + "; ".join(f"{k}: {', '.join(v)}" for k, v in readers.items()) + ")")
         for key, value in SOLVER_DEFAULTS[inner].items():
             if param_group.get(key, self.defaults.get(key)) is None:
                 param_group[key] = value
@@ -268,7 +292,9 @@ class ManifoldMuon(MatrixOptimizer):
         if group["inner"] in ("gram_admm", "exact") and not (isinstance(group["tol"], (int, float)) and group["tol"] >= 0):
             raise ValueError(f"ManifoldMuon: gram_admm stops on a relative duality gap tol >= 0, got {group['tol']!r}")
         if group["split"] != 1:
-            raise ValueError("ManifoldMuon does not split weights into row blocks; use split=1")
+            raise ValueError(f"ManifoldMuon(split={group['split']!r}): ManifoldMuon steps each weight as one matrix on "
+                             "its manifold and does not split it into row blocks (the sphere optimizers MACRO, MuonH, "
+                             "SSO and FSO do); use split=1, or give W_q, W_k and W_v as separate parameters")
 
     # ------------------------------------------------------------------ the Gram-space solve, fused
 
@@ -318,10 +344,8 @@ class ManifoldMuon(MatrixOptimizer):
 
     @staticmethod
     def _record(states, group, violation, sol):
-        for i, s in enumerate(states):
-            s["tangent_violation"] = float(violation[i])
-            s["duality_gap"] = float(sol.gap[i])
-            s["inner_iterations"] = int(sol.iterations[i])
+        for i, s in enumerate(states):  # tensors: read when logged, not every step
+            s["tangent_violation"], s["duality_gap"], s["inner_iterations"] = violation[i], sol.gap[i], sol.iterations[i]
             if group["warm_start"]:
                 s["Lambda"], s["U_a"], s["U_b"] = sol.Lambda[i].clone(), sol.U.a[i].clone(), sol.U.b[i].clone()
 
@@ -332,17 +356,19 @@ class ManifoldMuon(MatrixOptimizer):
         Lambda0 = None
         if group["warm_start"] and all("Lambda" in s for s in states):
             Lambda0 = torch.stack([s["Lambda"] for s in states])
+        sign = self.msign_fn(group)
+        msign_fn = lambda X: sign(X).to(X.dtype)  # noqa: E731 - a bfloat16 msign_dtype rounds the msign, not the solve
         if group["inner"] in ("dual_ascent", "post"):
             A, Lambda, _ = dual_ascent(W, G, P, steps=group["inner_steps"], alpha=group["alpha"], tol=group["tol"],
-                                       Lambda0=Lambda0, msign_fn=self.msign_fn(group), normalize=group["normalize"])
+                                       Lambda0=Lambda0, msign_fn=msign_fn, normalize=group["normalize"])
         else:
             A, Lambda, _ = admm(W, G, P, steps=group["inner_steps"], rho=group["rho"], tol=group["tol"],
-                                Lambda0=Lambda0, msign_fn=self.msign_fn(group))
+                                Lambda0=Lambda0, msign_fn=msign_fn)
         wide = W.size(-2) < W.size(-1)
         Wt, At = (W.mT, A.mT) if wide else (W, A)
         violation = rms(P(Wt.mT @ At + At.mT @ Wt))
         for s, lam, v in zip(states, Lambda, violation):
-            s["tangent_violation"] = float(v)
+            s["tangent_violation"] = v
             if group["warm_start"]:
                 s["Lambda"] = lam.clone()
         return A

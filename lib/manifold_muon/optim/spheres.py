@@ -19,7 +19,8 @@ optimizer can hold several. Each step records, per weight, the tangent violation
 (``state[p]["tangent_violation"]``: |<Theta, O>| / (||Theta||_F ||O||_F), Theta the sphere's normal at W).
 
 Hyper-parameter defaults: momentum beta = 0.9 (paper, D.3), c = 1.0 (the paper does not state its c for
-Table 4), SSO/FSO bisection tolerance 1e-4 and at most 10 iterations (D.3). ``weight_decay`` shrinks W
+Table 4), SSO/FSO bisection tolerance ``tol=1e-4`` and at most ``inner_steps=10`` msigns (D.3;
+the names are ManifoldMuon's for its inner solve). Each bisection round reads the host once, to stop. ``weight_decay`` shrinks W
 before the retraction, as written above: this order is this library's convention (the paper states no order
 and publishes no code). A retraction that rescales (Frobenius, oblique, approximate spectral) undoes most
 of the shrink: what is left is a step lr / (1 - lr wd) instead of lr.
@@ -78,10 +79,10 @@ class _SphereOptimizer(MatrixOptimizer):
     def __init__(self, params, lr: float = 0.01, manifold=None, momentum: float = 0.9, nesterov: bool = False,
                  c: float = 1.0, eps: float = 1e-8, weight_decay: float = 0.0, msign: str = DEFAULT.method,
                  ns_steps: int = DEFAULT.steps, msign_dtype: torch.dtype | None = None, nonfinite: str = "raise",
-                 split: int = 1, _own: dict | None = None):
+                 split: int = 1):
         super().__init__(params, lr=lr, momentum=momentum, nesterov=nesterov, weight_decay=weight_decay, msign=msign,
                          ns_steps=ns_steps, msign_dtype=msign_dtype, nonfinite=nonfinite, manifold=manifold,
-                         split=split, c=c, eps=eps, **(_own or {}))
+                         split=split, c=c, eps=eps)
 
     def check_group(self, group):
         name = type(self).__name__
@@ -136,22 +137,29 @@ class MuonH(_SphereOptimizer):
 class _Multiplier(_SphereOptimizer):
     """O = msign(M + lambda* Theta) with Theta the manifold's normal at W and lambda* found by bisection."""
 
-    def __init__(self, params, lr: float = 0.01, tol: float = 1e-4, max_iter: int = 10, **kwargs):
-        super().__init__(params, lr=lr, _own=dict(tol=tol, max_iter=max_iter), **kwargs)
+    def __init__(self, params, lr: float = 0.01, manifold=None, momentum: float = 0.9, nesterov: bool = False,
+                 c: float = 1.0, eps: float = 1e-8, weight_decay: float = 0.0, tol: float = 1e-4,
+                 inner_steps: int = 10, msign: str = DEFAULT.method, ns_steps: int = DEFAULT.steps,
+                 msign_dtype: torch.dtype | None = None, nonfinite: str = "raise", split: int = 1):
+        # every setting of _SphereOptimizer, then the bisection's own two (the same names as ManifoldMuon's:
+        # ``tol`` the relative residual its inner solve stops at, ``inner_steps`` the cap on its iterations)
+        MatrixOptimizer.__init__(self, params, lr=lr, momentum=momentum, nesterov=nesterov, weight_decay=weight_decay,
+                                 msign=msign, ns_steps=ns_steps, msign_dtype=msign_dtype, nonfinite=nonfinite,
+                                 manifold=manifold, split=split, c=c, eps=eps, tol=tol, inner_steps=inner_steps)
 
     def check_group(self, group):
         super().check_group(group)
         if not group["tol"] > 0:
             raise ValueError(f"{type(self).__name__}: tol must be > 0 (the paper uses 1e-4), got {group['tol']!r}")
-        if not (isinstance(group["max_iter"], int) and group["max_iter"] >= 1):
-            raise ValueError(f"{type(self).__name__}: max_iter must be an int >= 1 (the paper uses 10), "
-                             f"got {group['max_iter']!r}")
+        if not (isinstance(group["inner_steps"], int) and group["inner_steps"] >= 1):
+            raise ValueError(f"{type(self).__name__}: inner_steps (the cap on bisection msigns) must be an int >= 1 "
+                             f"(the paper uses 10), got {group['inner_steps']!r}")
 
     def sign_direction(self, manifold, W, M, group, states):
         Theta = manifold.normal(W)
-        lam, O, h = bisect_multiplier(M, Theta, self.msign_fn(group), group["tol"], group["max_iter"])
+        lam, O, h = bisect_multiplier(M, Theta, self.msign_fn(group), group["tol"], group["inner_steps"])
         for st, l, hh in zip(states, lam.reshape(len(states), -1), h.reshape(len(states), -1)):
-            st["lambda"], st["h"] = l.tolist(), hh.tolist()  # diagnostics: the multiplier and what is left of h
+            st["lambda"], st["h"] = l, hh  # diagnostics (tensors, one per row block): the multiplier, what is left of h
         return O
 
 
