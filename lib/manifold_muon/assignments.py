@@ -1,10 +1,38 @@
 """Which optimizer, on which manifold, for each parameter of a model: an *assignment*.
 
-Every parameter has a *role*. Block matrices (``attn_q``, ``attn_k``, ``attn_v``, ``attn_qkv``,
+Every trainable parameter has a *role*. Block matrices (``attn_q``, ``attn_k``, ``attn_v``, ``attn_qkv``,
 ``attn_o``, ``mlp_up``, ``mlp_gate``, ``mlp_down``) go where the assignment says; everything else
-(``embedding``, ``pos_embedding``, ``head``, ``norm``, ``bias``) goes to AdamW, as in both papers.
-Roles come from ``model.param_roles()`` when the model has it, else from nanoGPT / Qwen3 parameter
-names (see ``infer_role``), else from ``roles=`` given by the caller.
+(``embedding``, ``pos_embedding``, ``head``, ``norm``, ``bias``, ``other``) goes to AdamW, as in both papers.
+``param_roles`` decides each parameter's role by the first of these that gives one:
+
+1. ``roles=`` given by the caller: {parameter name or fnmatch glob ("blocks.*.mix.weight"): role}; a later
+   entry overrides an earlier one, and an entry that matches no parameter is an error;
+2. ``model.param_roles()`` when the model has it (the book's GPT-2 and Qwen3 do);
+3. a naming preset, when the model's names are a preset's: nanoGPT / GPT-2 (``c_attn``, ``attn.c_proj``,
+   ``c_fc``, ``mlp.c_proj``, ``wte``, ``wpe``, ``ln_*``) or Qwen3 / Llama (``q_proj`` ... ``down_proj``,
+   ``embed_tokens``, ``norm``): once one block-matrix name of a preset is present, the preset's names
+   (``infer_role``) give the role of every parameter they name;
+4. the parameter's module and shape (``module_roles``), for any ``nn.Module``:
+
+   * ``nn.MultiheadAttention``: ``in_proj_weight`` (3d x d = [W_q; W_k; W_v], like GPT-2's c_attn, so
+     ``split_qkv`` applies) is ``attn_qkv``, ``q/k/v_proj_weight`` (kdim or vdim != d) are ``attn_q/k/v``,
+     its ``out_proj`` weight is ``attn_o``;
+   * the weight of any other ``nn.Linear`` is a hidden matrix, ``mlp_up`` when out_features >= in_features,
+     else ``mlp_down``, except the *output head*: the model's last ``nn.Linear`` (in module order, not
+     counting attention's out_proj) is ``head`` when its out_features equals the num_embeddings of one of
+     the model's ``nn.Embedding`` (a projection back to the vocabulary). A head tied to the embedding is
+     that embedding's tensor, listed once (as ``embedding``);
+   * ``nn.Embedding`` / ``nn.EmbeddingBag`` weights are ``embedding``; every parameter of a norm layer
+     (``nn.LayerNorm``, ``nn.RMSNorm``, ``nn.GroupNorm``, batch and instance norms) and every non-2-D one of
+     a class whose name contains "Norm" (a custom RMSNorm's gain) is ``norm``; a parameter named ``*bias``
+     is ``bias``;
+   * any other parameter that is not 2-D (a convolution's kernel, a gain or scalar outside a norm layer) is
+     ``other``, for AdamW: the matrix optimizers take 2-D weights only;
+   * any other 2-D parameter (an ``nn.Parameter`` of a custom module, an RNN's gate matrices) is refused
+     with a ValueError that names it: pass ``roles={name: role}`` for it.
+
+Parameters with ``requires_grad=False`` are left out (no optimizer holds them, ``retract_parameters`` does not
+move them); every other parameter gets exactly one role, and tied parameters are one parameter.
 
 An assignment maps selectors to rules, applied in order (a later entry overrides an earlier one for the
 parameters both match):
@@ -26,20 +54,23 @@ the fused matrix). ``split_qkv=True`` instead puts each of W_q, W_k, W_v on its 
 
 from __future__ import annotations
 
+import difflib
+import fnmatch
 import inspect
 import re
 from dataclasses import dataclass, field
 
 import torch
+from torch import nn
 
 from .manifolds import available_manifolds, get_manifold
 from .optim import FSO, MACRO, SSO, TORCH_MUON, ManifoldMuon, MatrixOptimizer, Muon, MuonH
 
 __all__ = ["ASSIGNMENTS", "MATRIX_ROLES", "ADAMW_ROLES", "OPTIMIZERS", "Assignment", "build_optimizers",
-           "describe", "plan", "infer_role", "param_roles", "retract_parameters"]
+           "describe", "plan", "infer_role", "module_roles", "param_roles", "retract_parameters"]
 
 MATRIX_ROLES = ("attn_q", "attn_k", "attn_v", "attn_qkv", "attn_o", "mlp_up", "mlp_gate", "mlp_down")
-ADAMW_ROLES = ("embedding", "pos_embedding", "head", "norm", "bias")
+ADAMW_ROLES = ("embedding", "pos_embedding", "head", "norm", "bias", "other")
 OPTIMIZERS = {"muon": Muon, "manifold_muon": ManifoldMuon, "macro": MACRO, "muonh": MuonH, "sso": SSO, "fso": FSO}
 _SPLITTABLE = ("macro", "muonh", "sso", "fso")
 
@@ -83,32 +114,118 @@ ASSIGNMENTS = {
 _NAME_PATTERNS = (
     (r"(^|\.)c_attn\.weight$", "attn_qkv"), (r"attn\.c_proj\.weight$", "attn_o"),
     (r"mlp\.c_fc\.weight$", "mlp_up"), (r"mlp\.c_proj\.weight$", "mlp_down"),
-    (r"q_proj\.weight$", "attn_q"), (r"k_proj\.weight$", "attn_k"), (r"v_proj\.weight$", "attn_v"),
-    (r"o_proj\.weight$", "attn_o"), (r"gate_proj\.weight$", "mlp_gate"), (r"up_proj\.weight$", "mlp_up"),
-    (r"down_proj\.weight$", "mlp_down"), (r"(^|\.)(wte|embed|embed_tokens)\.weight$", "embedding"),
+    (r"(^|\.)q_proj\.weight$", "attn_q"), (r"(^|\.)k_proj\.weight$", "attn_k"),
+    (r"(^|\.)v_proj\.weight$", "attn_v"), (r"(^|\.)o_proj\.weight$", "attn_o"),
+    (r"(^|\.)gate_proj\.weight$", "mlp_gate"), (r"(^|\.)up_proj\.weight$", "mlp_up"),
+    (r"(^|\.)down_proj\.weight$", "mlp_down"),
+    (r"(^|\.)(wte|embed|embed_tokens)\.weight$", "embedding"),
     (r"(^|\.)wpe\.weight$", "pos_embedding"), (r"(^|\.)lm_head\.weight$", "head"),
     (r"(ln_\w+|norm\w*)\.(weight|bias)$", "norm"), (r"\.bias$", "bias"),
 )
+# a model is named after a preset when one of its parameters has one of these (block-matrix) names
+_PRESET_MARKERS = tuple(pattern for pattern, role in _NAME_PATTERNS if role in MATRIX_ROLES)
+_NORM_TYPES = tuple(t for t in (nn.LayerNorm, getattr(nn, "RMSNorm", None), nn.GroupNorm, nn.LocalResponseNorm,
+                                nn.modules.batchnorm._NormBase) if t is not None)
+_ROLE_LIST = (f"a block-matrix role for the matrix optimizer ({', '.join(MATRIX_ROLES)}) "
+              f"or an AdamW role ({', '.join(ADAMW_ROLES)})")
 
 
 def infer_role(name: str, p: torch.Tensor) -> str:
-    """The role of parameter ``name`` from nanoGPT / Qwen3 naming; an unknown 2-D name is an error."""
-    for pattern, role in _NAME_PATTERNS:
-        if re.search(pattern, name):
-            return role
+    """The role of parameter ``name`` from nanoGPT / Qwen3 naming (the presets); an unknown 2-D name is an error.
+
+    ``param_roles`` uses these names only for a model named after a preset, and the parameter's module and
+    shape (``module_roles``) for anything else."""
+    role = _preset_role(name)
+    if role is not None:
+        return role
     if p.ndim < 2:
         return "norm" if "norm" in name or "ln" in name else "bias"
     raise ValueError(f"no role for parameter {name!r} of shape {tuple(p.shape)}: give the model a param_roles() "
-                     f"method or pass roles={{name: role}} with a role from {', '.join(MATRIX_ROLES + ADAMW_ROLES)}")
+                     f"method or pass roles={{name: role}} with {_ROLE_LIST}")
+
+
+def _preset_role(name: str) -> str | None:
+    for pattern, role in _NAME_PATTERNS:
+        if re.search(pattern, name):
+            return role
+    return None
+
+
+def _is_norm(module: nn.Module, p: torch.Tensor) -> bool:
+    """A norm layer's parameter: any of torch's norms, or a gain / shift (not 2-D) of a class named *Norm*."""
+    return isinstance(module, _NORM_TYPES) or (p.ndim != 2 and "norm" in type(module).__name__.lower())
+
+
+def module_roles(model: torch.nn.Module) -> dict:
+    """{id(parameter): role} from the module that holds each parameter and its shape, no names (rule 4 of the
+    module docstring); a 2-D parameter of no nn.Linear, nn.Embedding or nn.MultiheadAttention gets None."""
+    modules = list(model.modules())
+    vocab = {m.num_embeddings for m in modules if isinstance(m, (nn.Embedding, nn.EmbeddingBag))}
+    out_proj = {id(m.out_proj) for m in modules if isinstance(m, nn.MultiheadAttention)}
+    linears = [m for m in modules if isinstance(m, nn.Linear) and id(m) not in out_proj]
+    head = linears[-1] if linears and linears[-1].out_features in vocab else None
+    mha = {"in_proj_weight": "attn_qkv", "q_proj_weight": "attn_q", "k_proj_weight": "attn_k",
+           "v_proj_weight": "attn_v"}
+    roles, embeddings = {}, {}
+    for m in modules:
+        for attr, p in m.named_parameters(recurse=False):
+            if isinstance(m, (nn.Embedding, nn.EmbeddingBag)) and attr == "weight":
+                role = embeddings[id(p)] = "embedding"  # wins over the Linear that shares it (a tied head)
+            elif isinstance(m, nn.MultiheadAttention) and attr in mha:
+                role = mha[attr]
+            elif _is_norm(m, p):
+                role = "norm"
+            elif attr.endswith("bias"):
+                role = "bias"
+            elif isinstance(m, nn.Linear) and attr == "weight" and p.ndim == 2:
+                role = ("attn_o" if id(m) in out_proj else "head" if m is head
+                        else "mlp_up" if m.out_features >= m.in_features else "mlp_down")
+            elif p.ndim != 2:
+                role = "other"
+            else:
+                role = None
+            roles.setdefault(id(p), role)
+    return {**roles, **embeddings}
+
+
+def _explicit_roles(names: list[str], roles: dict | None) -> dict:
+    """{name: role} from the caller's {name or glob: role}, later entries overriding earlier ones."""
+    out = {}
+    for key, role in (roles or {}).items():
+        hits = [n for n in names if n == key or fnmatch.fnmatchcase(n, key)]
+        if not hits:
+            close = difflib.get_close_matches(key, names, n=3)
+            raise ValueError(f"roles={{{key!r}: {role!r}}} matches no parameter of the model"
+                             + (f" (did you mean {', '.join(map(repr, close))}?)" if close else "")
+                             + "; give a parameter name of model.named_parameters() or an fnmatch glob of them")
+        out.update(dict.fromkeys(hits, role))
+    return out
 
 
 def param_roles(model: torch.nn.Module, roles: dict | None = None) -> dict:
-    """{name: role} for every (deduplicated, so a tied head appears once) parameter of ``model``."""
+    """{name: role} for every trainable (deduplicated, so a tied head appears once) parameter of ``model``:
+    from ``roles=`` (names or globs), else ``model.param_roles()``, else the nanoGPT / Qwen3 names when the
+    model has them, else the parameter's module and shape (see the module docstring)."""
+    named = list(model.named_parameters())
+    explicit = _explicit_roles([n for n, _ in named], roles)
     found = dict(model.param_roles()) if callable(getattr(model, "param_roles", None)) else {}
-    found.update(roles or {})
+    preset = any(re.search(pattern, n) for n, _ in named for pattern in _PRESET_MARKERS)
+    by_module = None
     out = {}
-    for name, p in model.named_parameters():
-        role = found.get(name) or infer_role(name, p)
+    for name, p in named:
+        if not p.requires_grad:
+            continue
+        role = explicit.get(name) or found.get(name) or (_preset_role(name) if preset else None)
+        if role is None:
+            by_module = module_roles(model) if by_module is None else by_module
+            role = by_module.get(id(p))
+        if role is None:
+            owner = model.get_submodule(name.rpartition(".")[0]) if "." in name else model
+            raise ValueError(f"no role for parameter {name!r} of shape {tuple(p.shape)} (of a "
+                             f"{type(owner).__name__}): a 2-D parameter that is not the weight of an nn.Linear, "
+                             f"nn.Embedding or nn.MultiheadAttention is not classified by shape; pass "
+                             f"roles={{{name!r}: role}} (or a glob for several) with {_ROLE_LIST}, "
+                             "or give the model a param_roles() method")
         if role not in MATRIX_ROLES + ADAMW_ROLES:
             raise ValueError(f"parameter {name!r} has unknown role {role!r}; "
                              f"choose one of {', '.join(MATRIX_ROLES + ADAMW_ROLES)}")
@@ -287,11 +404,13 @@ def retract_parameters(optimizers) -> None:
 
 
 def describe(assignment, model: torch.nn.Module, roles: dict | None = None, split_qkv: bool = False) -> str:
-    """A plain-text table: parameter name, shape, role, optimizer, manifold."""
+    """A plain-text table: parameter name, shape, role, optimizer, manifold (then the frozen parameters, if any)."""
     rows = plan(model, assignment, roles, split_qkv)
     table = [("name", "shape", "role", "optimizer", "manifold")] + [
         (r["name"], "x".join(map(str, r["shape"])), r["role"], r["optimizer"],
          (r["manifold"] or "-") + (f" (split {r['options']['split']})" if "split" in r["options"] else ""))
         for r in rows]
     widths = [max(len(row[i]) for row in table) for i in range(5)]
-    return "\n".join("  ".join(c.ljust(w) for c, w in zip(row, widths)).rstrip() for row in table)
+    text = "\n".join("  ".join(c.ljust(w) for c, w in zip(row, widths)).rstrip() for row in table)
+    frozen = [n for n, p in model.named_parameters() if not p.requires_grad]
+    return text + (f"\nfrozen (requires_grad=False), no optimizer: {', '.join(frozen)}" if frozen else "")

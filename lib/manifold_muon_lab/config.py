@@ -38,9 +38,11 @@ __all__ = ["TrainConfig", "RunError", "DEFAULT_PRESET_DIR", "available_presets",
            "check_memory"]
 
 
-class RunError(RuntimeError):
-    """A run that cannot start or go on. Its message is one sentence saying what is wrong and what to do;
-    the command line prints it alone (the traceback only with ``--debug``)."""
+class RunError(Exception):
+    """A run that cannot start or go on for a reason the user can fix (a config, data, checkpoint, memory or
+    out_dir problem). Its message is one sentence saying what is wrong and what to do; the command line prints
+    it alone (the traceback only with ``--debug``). Not a ``RuntimeError``: a sweep records a ``RunError`` as a
+    failed run and goes on, while a ``RuntimeError`` (torch's, or a bug) stops it."""
 
 DEFAULT_PRESET_DIR = Path("runs") / "presets" / "training"  # relative to the current directory
 FAMILIES = tuple(_FAMILIES)

@@ -23,45 +23,35 @@ __all__ = ["record_momenta", "spectral_decay", "synthetic_momentum", "correlated
 
 def record_momenta(steps, preset: str = "cpu", seed: int = 1337, threads: int = 1, **overrides) -> dict:
     """{step: {name: (W, G, manifold name)}} for the constrained weights of a ``preset`` run (float32, CPU);
-    ``overrides`` change the preset's fields (e.g. the width, to record at GPT-2 small's shapes)."""
-    from manifold_muon import build_optimizers, retract_parameters
+    ``overrides`` change the preset's fields (e.g. the width, to record at GPT-2 small's shapes). The run is the
+    training loop's own (``manifold_muon_lab.train.Trainer``, in a temporary folder), stopped after the last
+    wanted step; a ``before_update`` hook reads each weight and its momentum just before the optimizer step."""
+    import tempfile
+
     from manifold_muon.optim import ManifoldMuon
     from manifold_muon_lab.config import load_preset
-    from manifold_muon_lab.data import Batches
-    from manifold_muon_lab.models import build_model
-    from manifold_muon_lab.train import WarmupCosine, model_fields
+    from manifold_muon_lab.train import Trainer
 
     from ..pipeline import repo_root
 
-    cfg = load_preset(preset, repo_root() / "runs" / "presets" / "training", seed=seed, **overrides)
+    out, wanted = {}, set(steps)
+
+    def record(trainer, step):
+        if step in wanted:
+            names = {p: n for n, p in trainer.model.named_parameters()}
+            mm = next(o for o in trainer.optimizers if isinstance(o, ManifoldMuon))
+            out[step] = {names[p]: (p.detach().clone(), _nesterov(mm, p), g["manifold"].name)
+                         for g in mm.param_groups for p in g["params"]}
+
     old = torch.get_num_threads()
-    torch.set_num_threads(threads)
     try:
-        data = Batches(cfg.data, cfg.block_size, "cpu", cfg.data_dir, cfg.vocab_size)
-        torch.manual_seed(cfg.seed)
-        model = build_model(cfg.family, **model_fields(cfg, data.vocab_size))
-        optimizers = build_optimizers(model, cfg.assignment, lr=cfg.lr, adamw_lr=cfg.adamw_lr, **cfg.optimizer)
-        retract_parameters(optimizers)
-        schedule = WarmupCosine(cfg.warmup, cfg.max_steps, cfg.min_lr_ratio)
-        base_lrs = [[g["lr"] for g in o.param_groups] for o in optimizers]
-        names = {p: n for n, p in model.named_parameters()}
-        mm = next(o for o in optimizers if isinstance(o, ManifoldMuon))
-        gen = torch.Generator().manual_seed(cfg.seed + 1)
-        out, wanted = {}, set(steps)
-        for step in range(max(wanted) + 1):
-            for o, lrs in zip(optimizers, base_lrs):
-                for g, lr in zip(o.param_groups, lrs):
-                    g["lr"] = lr * schedule(step)
-            X, Y = data.batch("train", cfg.batch_size, gen)
-            _, loss = model(X, Y)
-            loss.backward()
-            torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
-            if step in wanted:
-                out[step] = {names[p]: (p.detach().clone(), _nesterov(mm, p), g["manifold"].name)
-                             for g in mm.param_groups for p in g["params"]}
-            for o in optimizers:
-                o.step()
-                o.zero_grad(set_to_none=True)
+        with tempfile.TemporaryDirectory(prefix="momenta-") as tmp:
+            cfg = load_preset(preset, repo_root() / "runs" / "presets" / "training", seed=seed, threads=threads,
+                              out_dir=tmp, **overrides)
+            trainer = Trainer(cfg, hooks={"before_update": [record]}).setup(resume=False)
+            for _ in range(max(wanted) + 1):
+                trainer.step()
+            trainer.close()
         return out
     finally:
         torch.set_num_threads(old)

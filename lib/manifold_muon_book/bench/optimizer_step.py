@@ -115,8 +115,8 @@ def time_condition(name: str, n_layer: int, d: int, repeats: int, seed: int = 0,
     seconds = time_call(step, repeats)
     states = [o.state[p] for o in opts for p in o.state if "inner_iterations" in o.state[p]]
     return dict(seconds=seconds, gradients=kind,
-                inner_iterations=(sum(s["inner_iterations"] for s in states) / len(states)) if states else None,
-                max_gap=max(s["duality_gap"] for s in states) if states else None)
+                inner_iterations=(sum(float(s["inner_iterations"]) for s in states) / len(states)) if states else None,
+                max_gap=max(float(s["duality_gap"]) for s in states) if states else None)
 
 
 def solve_breakdown(role: str, shape: tuple, manifold: str, repeats: int, seed: int = 0, lr: float = 0.01) -> dict:
