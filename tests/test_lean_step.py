@@ -159,7 +159,8 @@ def test_exact_mode_is_one_argument_and_certifies(name):
 
 @pytest.mark.parametrize("make", [lambda ps: Muon(ps), lambda ps: ManifoldMuon(ps, manifold="dgram", inner="lean"),
                                   lambda ps: __import__("manifold_muon").MACRO(ps, lr=0.01, manifold="spectral_sphere"),
-                                  lambda ps: __import__("manifold_muon").MuonH(ps, lr=0.01, manifold="frobenius_sphere")])
+                                  lambda ps: __import__("manifold_muon").MuonH(ps, lr=0.01, manifold="frobenius_sphere"),
+                                  lambda ps: ManifoldMuon(ps, manifold="gram_oblique", inner="dual_ascent")])
 def test_one_host_read_per_step_for_every_fixed_work_optimizer(make):
     """Muon, the lean Manifold Muon, MACRO and MuonH read the host once per step whatever the number of weights
     (SSO and FSO stop their bisection early, which reads the host once per bisection step)."""
@@ -168,3 +169,23 @@ def test_one_host_read_per_step_for_every_fixed_work_optimizer(make):
     if hasattr(opt, "retract_parameters"):
         opt.retract_parameters()
     assert host_reads_of_a_step(opt, Ws) == 1
+
+
+@pytest.mark.parametrize("inner,manifold", [("gram_admm", "stiefel"), ("exact", "stiefel"), ("exact", "dgram"),
+                                            ("post", "stiefel"), ("admm", "dgram")])
+def test_the_iterating_paths_read_the_host_per_shape_not_per_weight(inner, manifold):
+    """gram_admm and exact read the host to stop their iterations, and the polar retraction of the m x n
+    paths (post, admm on Stiefel and DGram) to stop its polish: once per check for a whole batch of same-shape
+    weights, so five copies of one weight cost the reads of one."""
+    def reads(k):
+        torch.manual_seed(0)
+        W0, grads = get_manifold(manifold).random_point((12, 5)), [torch.randn(12, 5) for _ in range(2)]
+        Ws = [torch.nn.Parameter(W0.clone()) for _ in range(k)]
+        opt = ManifoldMuon(Ws, manifold=manifold, inner=inner)
+        for G in grads:
+            for w in Ws:
+                w.grad = G.clone()
+            with OpCounter(12) as ops:
+                opt.step()
+        return ops.counts["sync"]
+    assert reads(5) == reads(1)
