@@ -111,3 +111,61 @@ def test_load_round_trips_a_written_ledger(tmp_path, ledger):
     path.write_text("- id: a list, not the ledger's mapping\n")
     with pytest.raises(ValueError, match="sources, chapters and claims"):
         load_ledger(path)
+
+
+# ---------------------------------------------------------------- pre-registered criteria
+
+from manifold_muon_book.claims import LOCK, check_criteria_lock, decide, lock_criteria  # noqa: E402
+
+
+def _criterion(**overrides):
+    base = {"statistic": "d = the mean difference", "scale": "cpu", "seeds": 3,
+            "decide": [["confirmed at small scale", "d <= 0.1"], ["partly", "True"]]}
+    base.update(overrides)
+    return base
+
+
+def test_every_criterion_of_the_ledger_is_locked_and_unchanged(ledger):
+    import json
+
+    lock = json.loads((ROOT / LOCK).read_text())
+    assert check_criteria_lock(ledger, lock) == []
+    assert any(c.get("criterion") for c in ledger["claims"])
+
+
+def test_a_criterion_changed_without_history_is_refused(ledger):
+    claim = _claim(status="partly", chapter="chapters/01_muon_msign.md", kind="experiment", criterion=_criterion())
+    before = _ledger(ledger, claim)
+    lock = lock_criteria(before, {})
+    assert check_criteria_lock(before, lock) == []
+    changed = copy.deepcopy(before)
+    changed["claims"][0]["criterion"]["decide"][0][1] = "d <= 0.2"  # the bar moved after the data
+    problems = check_criteria_lock(changed, lock)
+    assert len(problems) == 1 and "criterion_history" in problems[0]
+    with pytest.raises(ValueError, match="changed after it was locked"):
+        lock_criteria(changed, lock)
+    rules = "confirmed at small scale if d <= 0.2; partly if True"
+    changed["claims"][0]["criterion_history"] = [{"date": "2026-12-02", "old": "d <= 0.1", "new": rules,
+                                                  "why": "a reason a reader can judge"}]
+    assert check_criteria_lock(changed, lock) == []
+    assert check_criteria_lock(changed, lock_criteria(changed, lock)) == []
+    assert check_criteria_lock(_ledger(ledger, claim), {}) != []  # a criterion never locked
+
+
+def test_the_criterion_decides_and_names_what_it_needs():
+    claim = _claim(criterion=_criterion())
+    assert decide(claim, {"d": 0.05}) == "confirmed at small scale"
+    assert decide(claim, {"d": 0.5}) == "partly"
+    with pytest.raises(ValueError, match="needs 'd'"):
+        decide(claim, {"e": 1})
+
+
+@pytest.mark.parametrize("bad, message", [
+    ({"decide": [["proven", "True"]]}, "not a verdict status"),
+    ({"decide": [["partly", "d <="]]}, "invalid syntax|SyntaxError|expected"),
+    ({"seeds": "three"}, "seeds an int"),
+])
+def test_a_malformed_criterion_is_refused(tmp_path, ledger, bad, message):
+    claim = _claim(criterion=_criterion(**bad))
+    with pytest.raises((ValueError, SyntaxError), match=message):
+        validate_ledger(_ledger(ledger, claim), tmp_path)

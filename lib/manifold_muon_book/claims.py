@@ -15,13 +15,31 @@ from pathlib import Path
 
 import yaml
 
-__all__ = ["FIELDS", "KINDS", "STATUSES", "load_ledger", "validate_ledger", "status_counts", "source_of"]
+__all__ = ["FIELDS", "KINDS", "STATUSES", "load_ledger", "validate_ledger", "status_counts", "source_of",
+           "criterion_sha", "decide", "check_criteria_lock", "lock_criteria", "LOCK"]
 
-FIELDS = ("id", "section", "claim", "kind", "status", "chapter", "planned_chapter", "note")
+FIELDS = ("id", "section", "claim", "kind", "status", "chapter", "planned_chapter", "note", "criterion",
+          "criterion_history")
 REQUIRED = ("id", "section", "claim", "kind", "status", "chapter", "planned_chapter")
 KINDS = ("symbolic", "numeric", "experiment")
-STATUSES = ("pending", "confirmed", "confirmed at small scale", "partly", "not confirmed", "not testable here")
+STATUSES = ("pending", "confirmed", "confirmed at small scale", "partly tested", "partly", "not reproduced at this scale",
+            "refuted", "not testable here")
+# What each status means (the book's legend, book/how_to_read.md, says the same in a table):
+#   confirmed                    the claim holds as stated
+#   confirmed at small scale     an experiment agrees at the scale this book ran, not at the source's
+#   partly tested                what was tested holds; the verdict names the part that was not tested
+#   partly                       a part of the claim fails; the verdict names it and shows why
+#   not reproduced at this scale the effect was not seen at this book's scale (the verdict gives the scale
+#                                and the smallest effect the study could have detected); not a refutation
+#   refuted                      a counterexample or a proof shows the claim false as stated
+#   not testable here            needs what this book does not have (the verdict names the command and preset)
 SOURCE_FIELDS = ("kind", "title", "authors", "year")
+# A pre-registered criterion: what is measured, on what, and which status each outcome gives. ``decide`` is
+# a list of [status, condition] pairs, tried in order; a condition is a Python expression over the evidence
+# a chapter passes to ``show_verdict`` (names, numbers, comparisons, and/or/not, min/max/abs/all/any).
+CRITERION_FIELDS = ("statistic", "seeds", "scale", "decide")
+HISTORY_FIELDS = ("date", "old", "new", "why")
+LOCK = "book/criteria.lock.json"
 
 
 def load_ledger(path: str | Path = "book/claims.yml") -> dict:
@@ -77,7 +95,94 @@ def _check_one(claim: object, index: int, ledger: dict, root: Path) -> str:
         raise ValueError(f"claim {name}: status {claim['status']!r} needs 'chapter' to name the file holding the evidence")
     elif not (root / chapter).is_file():
         raise ValueError(f"claim {name}: chapter {chapter!r} does not exist under {root}; write it or fix the path")
+    _check_criterion(claim, name)
     return name
+
+
+def _check_criterion(claim: dict, name: str) -> None:
+    crit, history = claim.get("criterion"), claim.get("criterion_history")
+    if crit is None:
+        if history:
+            raise ValueError(f"claim {name}: criterion_history without a criterion")
+        return
+    if not isinstance(crit, dict) or set(crit) != set(CRITERION_FIELDS):
+        raise ValueError(f"claim {name}: criterion must be a mapping of exactly {list(CRITERION_FIELDS)}")
+    if not (isinstance(crit["statistic"], str) and isinstance(crit["scale"], str)
+            and (crit["seeds"] is None or isinstance(crit["seeds"], int))):
+        raise ValueError(f"claim {name}: criterion statistic and scale are strings, seeds an int (or null)")
+    rules = crit["decide"]
+    if not (isinstance(rules, list) and rules and all(isinstance(r, list) and len(r) == 2 for r in rules)):
+        raise ValueError(f"claim {name}: criterion decide is a list of [status, condition] pairs")
+    for status, condition in rules:
+        if status not in STATUSES or status == "pending":
+            raise ValueError(f"claim {name}: criterion decide gives {status!r}, not a verdict status")
+        compile(str(condition), f"{name} criterion", "eval")  # a SyntaxError names the claim
+    for entry in history or []:
+        if not (isinstance(entry, dict) and set(entry) == set(HISTORY_FIELDS)):
+            raise ValueError(f"claim {name}: each criterion_history entry has exactly {list(HISTORY_FIELDS)}")
+
+
+_SAFE = {"min": min, "max": max, "abs": abs, "all": all, "any": any, "len": len, "True": True, "False": False}
+
+
+def decide(claim: dict, evidence: dict) -> str:
+    """The status a claim's pre-registered criterion gives for ``evidence`` (the first rule that holds)."""
+    crit = claim.get("criterion")
+    if crit is None:
+        raise ValueError(f"claim {claim['id']} has no criterion in book/claims.yml to decide by")
+    for status, condition in crit["decide"]:
+        try:
+            if eval(str(condition), {"__builtins__": {}}, {**_SAFE, **evidence}):  # noqa: S307 - the ledger's own rules
+                return status
+        except NameError as e:
+            raise ValueError(f"claim {claim['id']}: its criterion needs {e.name!r}; pass it in evidence=") from e
+    raise ValueError(f"claim {claim['id']}: no rule of its criterion holds for {evidence}; the last rule should be "
+                     "a catch-all ['<status>', 'True']")
+
+
+def criterion_sha(criterion: dict) -> str:
+    """A hash of a criterion's content (key order and YAML layout aside)."""
+    import hashlib
+    import json
+
+    return hashlib.sha256(json.dumps(criterion, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def _lock_entry(claim: dict) -> dict:
+    return {"sha": criterion_sha(claim["criterion"]), "history": len(claim.get("criterion_history") or [])}
+
+
+def check_criteria_lock(ledger: dict, lock: dict) -> list[str]:
+    """The problems of the ledger against the lock (``book/criteria.lock.json``, written by ``lock``): a
+    criterion that is not locked, or that changed since it was locked without a new criterion_history
+    entry whose ``new`` is the criterion's rules as they now are. An empty list: all is well."""
+    problems = []
+    for c in ledger["claims"]:
+        if c.get("criterion") is None:
+            continue
+        entry, now = lock.get(c["id"]), _lock_entry(c)
+        if entry is None:
+            problems.append(f"{c['id']}: its criterion is not locked; run `python -m manifold_muon_book.claims lock` "
+                            "before the evidence exists")
+        elif entry["sha"] != now["sha"]:
+            history = c.get("criterion_history") or []
+            if not (len(history) > entry["history"] and str(history[-1]["new"]).strip() == _rules_text(c["criterion"])):
+                problems.append(f"{c['id']}: its criterion changed after it was locked; add a criterion_history entry "
+                                f"(date, old, new, why) whose new is {_rules_text(c['criterion'])!r}, then lock again")
+    return problems
+
+
+def _rules_text(criterion: dict) -> str:
+    return "; ".join(f"{s} if {cond}" for s, cond in criterion["decide"])
+
+
+def lock_criteria(ledger: dict, lock: dict) -> dict:
+    """The lock with every criterion recorded; refuses (ValueError) where ``check_criteria_lock`` finds a change
+    without history, so a criterion cannot be re-locked silently."""
+    bad = [p for p in check_criteria_lock(ledger, lock) if "changed after" in p]
+    if bad:
+        raise ValueError("; ".join(bad))
+    return {**lock, **{c["id"]: _lock_entry(c) for c in ledger["claims"] if c.get("criterion") is not None}}
 
 
 def validate_ledger(ledger: dict, root: str | Path = ".") -> None:
@@ -102,3 +207,39 @@ def status_counts(claims: list[dict]) -> dict[str, int]:
     """Count claims per status, in the order of STATUSES, zeros included."""
     counts = Counter(c["status"] for c in claims)
     return {status: counts.get(status, 0) for status in STATUSES}
+
+
+def main(argv=None) -> int:
+    """``python -m manifold_muon_book.claims lock``: record every criterion in book/criteria.lock.json
+    (refused where one changed without a criterion_history entry); ``check``: print the problems."""
+    import argparse
+    import json
+
+    from .pipeline import repo_root
+
+    parser = argparse.ArgumentParser(prog="python -m manifold_muon_book.claims", description=main.__doc__)
+    parser.add_argument("command", choices=("lock", "check"))
+    args = parser.parse_args(argv)
+    root = repo_root()
+    ledger = load_ledger(root / "book" / "claims.yml")
+    validate_ledger(ledger, root)
+    path = root / LOCK
+    lock = json.loads(path.read_text()) if path.is_file() else {}
+    if args.command == "check":
+        problems = check_criteria_lock(ledger, lock)
+        print("\n".join(problems) or f"every criterion is locked ({LOCK})")
+        return 1 if problems else 0
+    try:
+        new = lock_criteria(ledger, lock)
+    except ValueError as e:
+        print(f"error: {e}")
+        return 2
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(dict(sorted(new.items())), indent=1) + "\n")
+    tmp.replace(path)
+    print(f"locked {len(new)} criteria in {LOCK}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

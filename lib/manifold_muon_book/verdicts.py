@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import re
 
-from .claims import STATUSES, load_ledger, source_of
+from .claims import STATUSES, decide, load_ledger, source_of
 from .pipeline import repo_root
 
 __all__ = ["claim", "show_claim", "show_verdict", "escape_prose", "verdict_anchor", "verdict_markdown"]
@@ -35,8 +35,10 @@ _PUNCTUATION = re.compile(r"""([!"#$%&'()*+,\-./:;<=>?@\[\\\]^_`{|}~])""")
 _STYLE = {
     "confirmed": "tip",
     "confirmed at small scale": "tip",
+    "partly tested": "hint",
     "partly": "warning",
-    "not confirmed": "danger",
+    "not reproduced at this scale": "caution",
+    "refuted": "danger",
     "not testable here": "note",
     "pending": "note",
 }
@@ -72,13 +74,24 @@ def verdict_anchor(claim_id: str) -> str:
     return "verdict-" + re.sub(r"[^a-z0-9]+", "-", claim_id.lower()).strip("-")
 
 
-def verdict_markdown(claim_id: str, verdict: str, reason: str) -> str:
-    """The MyST admonition ``show_verdict`` displays (no ledger check: that is ``show_verdict``'s job)."""
+def verdict_markdown(claim_id: str, verdict: str, reason: str, criterion: dict | None = None,
+                     history: list | None = None) -> str:
+    """The MyST admonition ``show_verdict`` displays (no ledger check: that is ``show_verdict``'s job); with a
+    pre-registered ``criterion`` (and its ``history`` of changes) these follow the reason."""
     status_class = "verdict-" + verdict.replace(" ", "-")
+    extra = ""
+    if criterion is not None:
+        rules = "; ".join(f"*{s}* if `{c}`" for s, c in criterion["decide"])
+        extra = (f"\n\n**Criterion** (in book/claims.yml before the evidence): {escape_prose(criterion['statistic'])} "
+                 f"Scale: {escape_prose(criterion['scale'])}"
+                 + (f"; {criterion['seeds']} seeds" if criterion["seeds"] else "") + f". Decision: {rules}.")
+        for h in history or []:
+            extra += (f"\n\n**Criterion changed** ({escape_prose(str(h['date']))}): from {escape_prose(str(h['old']))} "
+                      f"to {escape_prose(str(h['new']))}. Why: {escape_prose(str(h['why']))}")
     return (f":::{{admonition}} Verdict on {claim_id}: {verdict}\n"
             f":class: {_STYLE[verdict]} verdict {status_class}\n"
             f":name: {verdict_anchor(claim_id)}\n\n"
-            f"{escape_prose(reason)}\n:::")
+            f"{escape_prose(reason)}{extra}\n:::")
 
 
 def _markdown(text: str):
@@ -97,17 +110,32 @@ def show_claim(claim_id: str) -> None:
               f"{escape_prose(c['claim'])}")
 
 
-def show_verdict(claim_id: str, verdict: str, reason: str) -> None:
-    """Render the verdict on ``claim_id`` as an admonition; fail unless the ledger records ``verdict``.
+def show_verdict(claim_id: str, verdict: str | None = None, reason: str = "", evidence: dict | None = None) -> None:
+    """Render the verdict on ``claim_id`` as an admonition; fail unless the ledger records the same status.
+
+    A claim with a pre-registered ``criterion`` in the ledger gets its status from it: pass the measured
+    ``evidence`` (the names its rules use); ``verdict`` may then be left out, and if given must agree. The
+    criterion and any change to it (``criterion_history``) are printed under the reason.
 
     ``reason`` is prose: it is shown as written, except ``$math$``, code spans and roles such as
     ``{glue:text}`name:fmt``` (see the module doc)."""
+    c = claim(claim_id)
+    if c.get("criterion") is not None:
+        if evidence is None:
+            raise ValueError(f"{claim_id} has a pre-registered criterion: pass evidence={{...}} with the names its "
+                             f"rules use, so that the criterion, not the chapter, decides the status")
+        decided = decide(c, evidence)
+        if verdict is not None and verdict != decided:
+            raise AssertionError(f"this chapter says {verdict!r} for {claim_id}, but its pre-registered criterion "
+                                 f"gives {decided!r} for {evidence}")
+        verdict = decided
+    elif evidence is not None:
+        raise ValueError(f"{claim_id} has no criterion in book/claims.yml, so evidence= decides nothing; register one")
     if verdict not in STATUSES:
         raise ValueError(f"verdict {verdict!r} is not one of {', '.join(STATUSES)}")
-    c = claim(claim_id)
     if c["status"] != verdict:
         raise AssertionError(
             f"this chapter's check gives {verdict!r} for {claim_id}, but book/claims.yml says "
             f"{c['status']!r}: update the ledger (status and chapter) or the check"
         )
-    _markdown(verdict_markdown(claim_id, verdict, reason))
+    _markdown(verdict_markdown(claim_id, verdict, reason, c.get("criterion"), c.get("criterion_history")))
