@@ -169,3 +169,8 @@ def test_a_malformed_criterion_is_refused(tmp_path, ledger, bad, message):
     claim = _claim(criterion=_criterion(**bad))
     with pytest.raises((ValueError, SyntaxError), match=message):
         validate_ledger(_ledger(ledger, claim), tmp_path)
+
+
+def test_the_chapter_plan_is_the_chapters_that_exist(ledger):
+    files = sorted(str(p.relative_to(ROOT)) for p in (ROOT / "chapters").glob("[0-9][0-9]_*.md"))
+    assert sorted(ledger["chapters"]) == files, "book/claims.yml's chapters list must name exactly the chapter files"

@@ -195,7 +195,7 @@ def test_a_truncated_checkpoint_is_one_sentence(tmp_path, capsys, finished_run):
     err = _main_error(capsys, args)
     assert f"checkpoint {out / 'checkpoint.pt'} is unreadable, truncated or corrupt" in err
     assert "delete it to start over, or pass resume=False (--no-resume)" in err
-    with pytest.raises(RuntimeError, match="truncated or corrupt"):  # --debug: the exception, with its traceback
+    with pytest.raises(RunError, match="truncated or corrupt"):  # --debug: the exception, with its traceback
         T.main(["--preset", "cpu-tiny", "--no-progress", "--debug", *args])
 
 

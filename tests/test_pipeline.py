@@ -192,7 +192,7 @@ def test_the_estimate_parallelises_only_what_a_template_runs_in_parallel(tmp_pat
              "resumed": ("workers = 1\n", 30.0, [600.0, 600.0], 2)}
     for name, (param, wall, jobs, then) in cases.items():
         (root / "runs" / f"{name}.md").write_text(f"# {name}\n\n```{{code-cell}} ipython3\n{param}```\n")
-        (root / "runs" / "presets" / f"{name}.yml").write_text("cpu: {}\n")
+        (root / "runs" / "presets" / f"{name}.yml").write_text("cpu: {seed: 0}\n")
         out = pipeline.run_dir(name, "cpu", root)
         out.mkdir(parents=True)
         (out / "metrics.json").write_text(json.dumps({

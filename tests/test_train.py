@@ -19,7 +19,7 @@ import pytest
 import torch
 
 from manifold_muon_lab import train as T
-from manifold_muon_lab.config import TrainConfig, available_presets, parse_overrides, validate
+from manifold_muon_lab.config import RunError, TrainConfig, available_presets, parse_overrides, validate
 from manifold_muon_lab.config import load_preset as _load_preset
 from manifold_muon_lab.models import build_model
 
@@ -117,7 +117,7 @@ def test_per_assignment_rows_fill_in_below_explicit_overrides():
     assert load_preset("qwen3-1b", assignment="macro_spec").optimizer["split_qkv"] is True
     assert load_preset("qwen3-120m", assignment="muon", lr=0.05).lr == 0.05
     c = load_preset("gpt2-124m", assignment="hetero", optimizer={"inner_steps": 5})
-    assert c.optimizer == {"alpha": 0.1, "inner_steps": 5}
+    assert c.optimizer == {"inner": "post", "inner_steps": 5}  # the preset's row (the post's recipe), then the override
     assert load_preset("gpt2-124m", assignment="unconstrained").optimizer == {}
 
 
@@ -202,12 +202,33 @@ def test_a_sweep_refuses_a_bad_config_before_running_any(tmp_path):
 def test_a_mismatched_or_corrupt_checkpoint_is_refused_with_advice(tmp_path):
     cfg = tiny(tmp_path, max_steps=2)
     T.train(cfg, progress=False)
-    with pytest.raises(RuntimeError, match=r"another config \(lr: 0.02 -> 0.03\).*resume=False"):
+    with pytest.raises(RunError, match=r"another config \(lr: 0.02 -> 0.03\).*resume=False"):
         T.train(cfg.replace(lr=0.03), progress=False)
     (Path(cfg.out_dir) / "checkpoint.pt").write_bytes(b"not a checkpoint")
-    with pytest.raises(RuntimeError, match="unreadable.*resume=False"):
+    with pytest.raises(RunError, match="unreadable.*resume=False"):
         T.train(cfg, progress=False)
     assert T.train(cfg, resume=False, progress=False)["status"] == "completed"
+
+
+def test_a_trainer_stepped_by_hand_with_a_hook_takes_the_steps_of_train(tmp_path):
+    """What benchmarks and probes use (bench.momenta): the loop's own setup and step, with hooks."""
+    cfg = tiny(tmp_path, max_steps=4, eval_every=100, spectrum_every=0, probe_every=0, checkpoint_every=0)
+    T.train(cfg, progress=False)
+    seen = []
+    hand = T.Trainer(cfg.replace(out_dir=str(tmp_path / "hand")),
+                     hooks={"before_update": [lambda t, step: seen.append((step, t.params[0].grad is not None))],
+                            "after_step": [lambda t, step, record: seen.append(record["loss"])]}).setup(resume=False)
+    for _ in range(4):
+        hand.step()
+    hand.close()
+    losses = [r["loss"] for r in read_jsonl(Path(cfg.out_dir) / "metrics.jsonl") if r["kind"] == "step"]
+    assert seen == [x for s, loss in enumerate(losses) for x in ((s, True), loss)]
+    a = hand.model.state_dict()
+    T.Trainer(cfg, hooks={}).setup()  # resumes the finished run: its final weights
+    b = final_state(cfg.out_dir)
+    assert all(torch.equal(a[k], b[k]) for k in b)
+    with pytest.raises(ValueError, match="unknown hook before_step"):
+        T.Trainer(cfg, hooks={"before_step": []})
 
 
 # ----------------------------------------------------------------------------- real processes

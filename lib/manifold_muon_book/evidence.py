@@ -1,7 +1,8 @@
 """Evidence for the blog post's training claims: what the run notebooks of chapters 01, 05 and 07 add to a run.
 
-* ``NoisyMuon`` and ``noisy_msign_muon()``: Muon whose msign is U diag(1 + u) V^T with u_i uniform in
-  [-eps, eps] (the post's "orthogonalization error epsilon", B-MS-02); eps = 0 is the exact msign.
+* ``NoisyMuon``: Muon whose msign is U diag(1 + u) V^T with u_i uniform in [-eps, eps] (the post's
+  "orthogonalization error epsilon", B-MS-02); eps = 0 is the exact msign. A run or sweep trains it where
+  its assignment names ``"muon"`` with ``train(cfg, optimizers={"muon": NoisyMuon})`` (or ``sweep``'s).
 * ``common_val_loss(run_dir)``: ``manifold_muon_lab.evaluate.common_val_loss``, re-exported: the final
   weights of a finished run on the same validation batches for every run and seed.
 * ``seed_spread(values)``: mean, sample standard deviation, min and max over seeds.
@@ -12,7 +13,6 @@
 
 from __future__ import annotations
 
-import contextlib
 import json
 import math
 from pathlib import Path
@@ -20,18 +20,18 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from manifold_muon.assignments import OPTIMIZERS
 from manifold_muon.optim.muon import Muon
 from manifold_muon_lab.evaluate import common_val_loss  # noqa: F401  (re-exported: the run notebooks import it from here)
 
-__all__ = ["NoisyMuon", "noisy_msign_muon", "common_val_loss", "seed_spread", "spearman", "within_step_spearman",
+__all__ = ["NoisyMuon", "common_val_loss", "seed_spread", "spearman", "within_step_spearman",
            "study_runs", "sigma_table", "chain_table", "bootstrap_runs"]
 
 
 class NoisyMuon(Muon):
     """Muon with msign(G) replaced by U diag(1 + u) V^T, u_i ~ U[-msign_noise, msign_noise] i.i.d. per singular
     value and step (an SVD per step: a test instrument, not a fast optimizer). The noise generator is seeded
-    from torch's global seed when the optimizer is built, so runs with different seeds draw different noise."""
+    from torch's global seed when the optimizer is built, so runs with different seeds draw different noise.
+    Its noise level is the optimizer override ``msign_noise`` (``TrainConfig.optimizer``)."""
 
     def __init__(self, params, msign_noise: float = 0.0, **kwargs):
         if not (isinstance(msign_noise, (int, float)) and 0 <= msign_noise < 1):
@@ -46,18 +46,6 @@ class NoisyMuon(Muon):
         eps = group["msign_noise"]
         u = (2 * torch.rand(U.shape[:-2] + U.shape[-1:], generator=self._noise, dtype=torch.float64) - 1) * eps
         return ((U * (1 + u).unsqueeze(-2)) @ Vh).to(G.dtype)
-
-
-@contextlib.contextmanager
-def noisy_msign_muon():
-    """Within the block, the assignments' ``"muon"`` (e.g. ``unconstrained``) is ``NoisyMuon``; its noise level is
-    the optimizer override ``msign_noise`` (``TrainConfig.optimizer``). Restores Muon on exit."""
-    saved = OPTIMIZERS["muon"]
-    OPTIMIZERS["muon"] = NoisyMuon
-    try:
-        yield
-    finally:
-        OPTIMIZERS["muon"] = saved
 
 
 @torch.no_grad()

@@ -2,7 +2,8 @@
 chapters read from them.
 
 A run notebook (``runs/nf_sweep.md``, ``runs/nf_gains.md``, ``runs/sphere_benchmark.md``,
-``runs/width_transfer.md``) calls ``run_grid(name, scale, out_dir)``. Its preset
+``runs/width_transfer.md``: a title, a paragraph and its parameters) calls ``grid_notebook(name, scale, ...)``,
+the body they share, which trains with ``run_grid(name, scale, out_dir)``. Its preset
 (``runs/presets/<name>.yml``) names, per scale, a training preset, ``base`` overrides and ``axes``: a
 mapping axis name -> list of override dicts. The grid is the product of the axes, the last axis varying
 fastest (put the seed axis first and the optimizer axis last, so that each seed's optimizers run next to
@@ -32,7 +33,7 @@ from pathlib import Path
 
 from manifold_muon_lab.evaluate import common_val_loss as _common_val_loss
 
-__all__ = ["expand_grid", "run_grid", "summarize_run", "common_val_loss", "final_weight_norms", "layer_type", "LAYER_TYPES", "runs_table",
+__all__ = ["expand_grid", "run_grid", "grid_notebook", "summarize_run", "common_val_loss", "final_weight_norms", "layer_type", "LAYER_TYPES", "runs_table",
            "seed_stats", "PAPER"]
 
 # Layer types of the Qwen3-like model, in the order the paper's Figure 10 lists them (plus the MLP's others).
@@ -101,7 +102,7 @@ def _tag(coords: dict) -> str:
 def run_grid(name: str, scale: str, out_dir, workers: int = 1, progress: bool = False) -> dict:
     """Train the grid of ``runs/presets/<name>.yml`` at ``scale``; return the metrics to write."""
     from manifold_muon_lab.config import load_preset
-    from manifold_muon_lab.train import sweep
+    from manifold_muon_lab.sweep import sweep
 
     from .pipeline import load_run_preset, repo_root
 
@@ -132,6 +133,34 @@ def run_grid(name: str, scale: str, out_dir, workers: int = 1, progress: bool = 
                 ckpt.unlink()
     return {"run": name, "scale": scale, "training_preset": preset["training_preset"], "n_runs": len(runs),
             "wall_time_s": wall, "train_time_s": sum(r.get("wall_time_s") or 0.0 for r in runs), "runs": runs}
+
+
+def grid_notebook(name: str, scale: str, out_dir=None, workers: int = 1, inputs_sha: str | None = None) -> dict:
+    """The body of the grid run notebooks: train the grid of ``runs/presets/<name>.yml`` at ``scale``
+    (``run_grid``), print one line per run, and write ``metrics.json`` to ``out_dir`` (None:
+    ``runs/<name>/<scale>``) with its provenance and the pipeline's ``inputs_sha``; returns the metrics.
+
+    Each point trains in ``runs/_train/<name>/<scale>/`` (git-ignored; checkpoints are deleted at the end). A
+    run that diverges is recorded as diverged, with its step, and the next one starts. What the book reads is
+    ``runs/<name>/<scale>/metrics.json``: per run its coordinates, final losses, status, curves, step times,
+    tangent violations, norm gains and singular spectra."""
+    from manifold_muon_lab.provenance import provenance, write_json_atomic
+
+    from .pipeline import load_run_preset, repo_root
+
+    out_dir = Path(out_dir) if out_dir else repo_root() / "runs" / name / scale
+    preset = load_run_preset(name, scale)
+    print(f"scale={scale}: {len(expand_grid(preset))} runs of training preset {preset['training_preset']}")
+    metrics = run_grid(name, scale, out_dir, workers=workers)
+    for r in metrics["runs"]:
+        print(f"{'/'.join(str(v) for v in r['coords'].values()):40s} {r['status']:22s} "
+              f"val {r.get('final_val_loss', float('nan')):.4f}  {r.get('wall_time_s') or 0:.1f} s")
+    print(f"{metrics['n_runs']} runs, {metrics['train_time_s']:.0f} s of training, {metrics['wall_time_s']:.0f} s wall")
+    metrics.update(inputs_sha=inputs_sha, provenance=provenance(
+        parameters={"scale": scale, "workers": workers, "preset": preset}, wall_time_s=metrics["wall_time_s"]))
+    write_json_atomic(out_dir / "metrics.json", json.loads(json.dumps(metrics, default=float)))
+    print(f"wrote {out_dir / 'metrics.json'}")
+    return metrics
 
 
 def common_val_loss(run_dir, batches: int = 32) -> float:

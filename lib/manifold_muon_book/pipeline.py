@@ -82,10 +82,9 @@ def load_run_preset(name: str, scale: str, root: Path | None = None) -> dict:
     path = root / "runs" / "presets" / f"{name}.yml"
     if not path.exists():
         raise FileNotFoundError(f"no presets for run {name!r}: expected {path}")
-    presets = yaml.safe_load(path.read_text())
-    if scale not in presets:
-        raise ValueError(f"run {name!r} has no scale {scale!r}; choose one of: {', '.join(presets)}")
-    return dict(presets[scale])
+    from manifold_muon_lab.config import preset_scale
+
+    return preset_scale(path, scale)  # one sentence naming the file for an empty, duplicated or non-UTF-8 preset
 
 
 def run_dir(name: str, scale: str, root: Path | None = None) -> Path:
@@ -96,11 +95,11 @@ def run_inputs_sha(name: str, scale: str, root: Path | None = None) -> str:
     """Hash of what a run's outputs at ``scale`` depend on: its template, that scale's entry of its
     presets, and the training preset (``runs/presets/training/<name>.yml``) that the entry names as
     ``training_preset``. Adding or editing another scale (a ``gpu`` entry) leaves the ``cpu`` outputs valid."""
-    from manifold_muon_lab.config import read_yaml
+    from manifold_muon_lab.config import read_yaml_file
 
     root = root or repo_root()
     presets_path = root / "runs" / "presets" / f"{name}.yml"
-    entry = (read_yaml(presets_path.read_text()) or {}).get(scale)
+    entry = (read_yaml_file(presets_path) or {}).get(scale)
     parts = [(root / "runs" / f"{name}.md").read_bytes(), _canonical(entry)]
     training = entry.get("training_preset") if isinstance(entry, dict) else None
     if training:
@@ -117,9 +116,9 @@ def _canonical(value) -> bytes:
 
 def _yaml_content(path: Path) -> bytes:
     """What a preset file says, without its comments and layout: editing a comment makes nothing stale."""
-    from manifold_muon_lab.config import read_yaml
+    from manifold_muon_lab.config import read_yaml_file
 
-    return _canonical(read_yaml(path.read_text()))
+    return _canonical(read_yaml_file(path))
 
 
 def load_run_metrics(name: str, scale: str = "cpu", root: Path | None = None) -> dict:

@@ -5,8 +5,11 @@
                   any local text), and ``Batches``, the training loop's sampler
 * ``config``      ``TrainConfig``, YAML presets (read from a folder you give) and the checks that refuse a
                   bad config before any work
-* ``train``       the training loop (also under ``torchrun``), with ``checkpoint``, ``metrics``
-                  (``Recorder``) and ``distributed`` in their own modules
+* ``train``       one run: ``train(cfg)``, and the ``Trainer`` it drives (setup, step, evaluate, save, hooks);
+                  also under ``torchrun``, with ``checkpoint``, ``metrics`` (``Recorder``) and ``distributed``
+                  in their own modules
+* ``sweep``       independent runs, ``workers`` at a time (``concurrent.futures``, spawned processes); a run
+                  failure (``config.RunError``...) is recorded, a bug stops the sweep
 * ``provenance``  what produced a result (commit, parameters, versions, hardware, wall time), atomic writes
 
 It knows nothing of the book: data and preset folders are arguments (defaults relative to the current

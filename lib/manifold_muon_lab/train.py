@@ -220,7 +220,7 @@ def _train_checked(cfg: TrainConfig, resume: bool, progress: bool, prepare_data:
                     from None
         signals = stack.enter_context(_StopOnSignal())
         trainer = Trainer(cfg, device=device, rank=rank, world=world, optimizers=optimizers, t_start=t_start)
-        return trainer.setup(resume=resume, prepare_data=prepare_data).run(signals=signals, progress=progress)
+        return trainer.setup(resume=resume, prepare_data=prepare_data, progress=progress).run(signals=signals, progress=progress)
 
 
 def check_optimizer_classes(optimizers: dict | None) -> dict:
@@ -291,7 +291,7 @@ class Trainer:
         self.t_start = time.perf_counter() if t_start is None else t_start
         self.signals, self.status, self.last_loss, self.last_eval = None, "completed", float("nan"), {}
 
-    def setup(self, resume: bool = True, prepare_data: bool | None = None) -> "Trainer":
+    def setup(self, resume: bool = True, prepare_data: bool | None = None, progress: bool = True) -> "Trainer":
         """Build everything a step needs; resume where a checkpoint of this config left off, or start fresh."""
         cfg, device = self.cfg, self.device
         if cfg.threads:
@@ -299,7 +299,8 @@ class Trainer:
         bf16 = self.cuda and cfg.dtype == "bfloat16"
         self.ctx = torch.autocast("cuda", dtype=torch.bfloat16) if bf16 else contextlib.nullcontext()
         prepare = prepare_data if prepare_data is not None else cfg.data_dir is None
-        self.data = Batches(cfg.data, cfg.block_size, device, cfg.data_dir, cfg.vocab_size, prepare=prepare)
+        self.data = Batches(cfg.data, cfg.block_size, device, cfg.data_dir, cfg.vocab_size, prepare=prepare,
+                            progress=progress)
         if cfg.block_size + 1 > self.data.min_split_len:  # data prepared after preflight: block_size against it
             raise ValueError(f"bad training config: block_size={cfg.block_size} needs at least {cfg.block_size + 1} "
                              f"tokens per split, the data has {self.data.min_split_len}; lower block_size")
@@ -330,6 +331,7 @@ class Trainer:
         self.next_step = self.start
         self.rec = Recorder(self.out_dir, cfg, self.model, self.optimizers, self.data, main=self.main)
         if self.main:
+            self.out_dir.mkdir(parents=True, exist_ok=True)
             if self.start == 0 and not self.done:  # nothing of an earlier run may be resumed or read
                 self.ckpt.clear()
                 for stale in ("status.json", "provenance.json"):
