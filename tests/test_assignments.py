@@ -434,3 +434,20 @@ def test_frozen_parameters_are_left_out():
     assert set(rows) == {"2.weight", "2.bias"} and checked == 1
     assert torch.equal(mlp[0].weight, before), "retract_parameters does not move a frozen weight"
     assert "frozen (requires_grad=False), no optimizer: 0.weight, 0.bias" in describe("all_stiefel", mlp)
+
+
+def test_classes_replace_a_registry_entry_for_one_call_only():
+    from manifold_muon import Muon
+    from manifold_muon.assignments import OPTIMIZERS
+
+    class Marked(Muon):
+        pass
+
+    model = torch.nn.Sequential(torch.nn.Linear(8, 16, bias=False), torch.nn.ReLU(), torch.nn.Linear(16, 8, bias=False))
+    opts = build_optimizers(model, "unconstrained", classes={"muon": Marked})
+    assert any(type(o) is Marked for o in opts) and OPTIMIZERS["muon"] is Muon
+    assert not any(type(o) is Marked for o in build_optimizers(model, "unconstrained"))
+    with pytest.raises(ValueError, match="not a name of the optimizer registry"):
+        build_optimizers(model, "unconstrained", classes={"nosuch": Marked})
+    with pytest.raises(ValueError, match="must be an optimizer class"):
+        build_optimizers(model, "unconstrained", classes={"muon": dict})

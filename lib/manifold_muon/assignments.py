@@ -319,7 +319,7 @@ def _accepted(cls) -> set:
 
 def build_optimizers(model: torch.nn.Module, assignment, lr: float = 0.02, adamw_lr: float | None = None,
                      roles: dict | None = None, split_qkv: bool = False, adamw: dict | None = None,
-                     manifold_args: dict | None = None, inner: str | None = None,
+                     manifold_args: dict | None = None, inner: str | None = None, classes: dict | None = None,
                      **overrides) -> list[torch.optim.Optimizer]:
     """[one optimizer per matrix-optimizer kind used (a param group per manifold and options), AdamW].
 
@@ -338,7 +338,18 @@ def build_optimizers(model: torch.nn.Module, assignment, lr: float = 0.02, adamw
     "exact" (ADMM then Newton on the dual, gap 1e-6), "post" (the post's recipe, ``POST_RECIPE``: 20 cold
     dual-ascent steps, alpha 0.1 linearly decayed, Newton-Schulz msign, raw momentum), "dual_ascent"
     (the same on unit-RMS G with the package's msign) or "admm".
+
+    ``classes`` replaces the class behind a name of ``OPTIMIZERS`` for this call, e.g. ``{"muon": NoisyMuon}``:
+    every rule of the assignment that names ``"muon"`` builds a ``NoisyMuon`` (the registry is not changed).
     """
+    registry = dict(OPTIMIZERS)
+    for name, cls in (classes or {}).items():
+        if name not in OPTIMIZERS:
+            raise ValueError(f"classes: {name!r} is not a name of the optimizer registry; choose one of "
+                             f"{', '.join(OPTIMIZERS)}")
+        if not (isinstance(cls, type) and issubclass(cls, torch.optim.Optimizer)):
+            raise ValueError(f"classes[{name!r}]={cls!r} must be an optimizer class (a torch.optim.Optimizer)")
+        registry[name] = cls
     if "manifold" in overrides:
         raise ValueError("build_optimizers: the assignment chooses each parameter's manifold, so manifold= would be "
                          "ignored; pass an assignment whose rules name the manifold you want (see ASSIGNMENTS), or "
@@ -348,7 +359,7 @@ def build_optimizers(model: torch.nn.Module, assignment, lr: float = 0.02, adamw
             r["optimizer"] == "manifold_muon" for r in plan(model, assignment, roles, split_qkv)) else overrides
     a = _assignment(assignment)
     rows = plan(model, a, roles, split_qkv)
-    used = {OPTIMIZERS[r["optimizer"]] for r in rows if r["optimizer"] != "adamw"}
+    used = {registry[r["optimizer"]] for r in rows if r["optimizer"] != "adamw"}
     accepted = set().union(*[_accepted(c) for c in used]) if used else set()
     unknown = set(overrides) - accepted
     if unknown:
@@ -366,7 +377,7 @@ def build_optimizers(model: torch.nn.Module, assignment, lr: float = 0.02, adamw
         groups.setdefault(r["optimizer"], {}).setdefault(key, []).append(p)
     optimizers = []
     for opt_name, by_key in groups.items():
-        cls = OPTIMIZERS[opt_name]
+        cls = registry[opt_name]
         kwargs = {k: v for k, v in overrides.items() if k in _accepted(cls)}
         param_groups = []
         for (manifold, options), ps in by_key.items():

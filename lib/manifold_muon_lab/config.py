@@ -427,14 +427,14 @@ def _meta_model(cfg: TrainConfig, vocab_size: int):
         return build_model(cfg.family, **model_fields(cfg, vocab_size))
 
 
-def check_optimizer_options(cfg: TrainConfig, vocab_size: int) -> None:
+def check_optimizer_options(cfg: TrainConfig, vocab_size: int, classes: dict | None = None) -> None:
     """Build the optimizers of ``cfg`` on a meta-device copy of its model, so that a key of ``optimizer={...}``
     that no optimizer of the assignment takes (or a bad ``manifold_args``) is refused before any work."""
     try:
         build_optimizers(_meta_model(cfg, vocab_size), cfg.assignment, lr=cfg.lr, adamw_lr=cfg.adamw_lr,
-                         **cfg.optimizer)
+                         classes=classes, **cfg.optimizer)
     except (ValueError, TypeError) as e:
-        names = set(inspect.signature(build_optimizers).parameters) - {"model", "assignment", "overrides"}
+        names = set(inspect.signature(build_optimizers).parameters) - {"model", "assignment", "overrides", "classes"}
         for cls in OPTIMIZERS.values():
             names |= set(inspect.signature(cls.__init__).parameters) - {"self", "params", "args", "kwargs"}
         hints = [f"{close[0]!r} for {k!r}" for k in cfg.optimizer

@@ -172,8 +172,7 @@ def preflight(cfg: TrainConfig, world_size: int = 1, device: str = "cpu", prepar
             if problem:
                 raise RunError(f"data={cfg.data} is not prepared in {where}, and {problem}")
         vocab = vocab or (meta["vocab_size"] if meta else VOCAB_SIZES[cfg.data])
-    with _optimizer_classes(check_optimizer_classes(optimizers)):
-        check_optimizer_options(cfg, vocab)
+    check_optimizer_options(cfg, vocab, check_optimizer_classes(optimizers))
     if not memory:
         return estimate_memory(cfg, vocab, world_size, str(device).startswith("cuda"))
     return check_memory(cfg, vocab, world_size, device, concurrent=concurrent)
@@ -242,25 +241,6 @@ def check_optimizer_classes(optimizers: dict | None) -> dict:
     return dict(optimizers)
 
 
-@contextlib.contextmanager
-def _optimizer_classes(optimizers: dict | None):
-    """While a run's optimizers are built (or checked on a meta-device model), the registry names in
-    ``optimizers`` stand for the classes given. ``build_optimizers`` looks the names up in the registry and
-    takes no classes itself: the one place where this package swaps an entry, undone on exit."""
-    if not optimizers:
-        yield
-        return
-    from manifold_muon.assignments import OPTIMIZERS
-
-    saved = dict(OPTIMIZERS)
-    OPTIMIZERS.update(optimizers)
-    try:
-        yield
-    finally:
-        OPTIMIZERS.clear()
-        OPTIMIZERS.update(saved)
-
-
 HOOKS = ("before_update", "after_step")
 
 
@@ -308,9 +288,8 @@ class Trainer:
         torch.manual_seed(cfg.seed)
         self.model = build_model(cfg.family, **model_fields(cfg, self.data.vocab_size)).to(device)
         self.forward = torch.compile(self.model) if cfg.compile else self.model  # same parameters, names, state
-        with _optimizer_classes(self.optimizer_classes):
-            self.optimizers = build_optimizers(self.model, cfg.assignment, lr=cfg.lr, adamw_lr=cfg.adamw_lr,
-                                               **cfg.optimizer)
+        self.optimizers = build_optimizers(self.model, cfg.assignment, lr=cfg.lr, adamw_lr=cfg.adamw_lr,
+                                           classes=self.optimizer_classes, **cfg.optimizer)
         retract_parameters(self.optimizers)  # constrained weights start on their manifolds
         self.schedule = WarmupCosine(cfg.warmup, cfg.max_steps, cfg.min_lr_ratio)
         self.schedulers = [torch.optim.lr_scheduler.LambdaLR(opt, self.schedule) for opt in self.optimizers]

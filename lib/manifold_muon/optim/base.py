@@ -42,6 +42,13 @@ __all__ = ["MatrixOptimizer", "NONFINITE"]
 NONFINITE = ("raise", "skip")
 
 
+def _manifold_specs(optimizer, state_dict) -> None:
+    """A state_dict post-hook: each param group's manifold as its ``spec()``."""
+    for g in state_dict["param_groups"]:
+        if isinstance(g.get("manifold"), Manifold):
+            g["manifold"] = g["manifold"].spec()
+
+
 class MatrixOptimizer(torch.optim.Optimizer):
     """Base class. Subclasses set ``manifold_family`` (None: no manifold) and ``default_manifold``,
     implement ``direction``, and may override ``retract``, ``step_scale`` and ``check_group``. A subclass's
@@ -57,7 +64,12 @@ class MatrixOptimizer(torch.optim.Optimizer):
         defaults = dict(lr=lr, momentum=momentum, nesterov=nesterov, weight_decay=weight_decay, msign=msign,
                         ns_steps=ns_steps, msign_dtype=msign_dtype, nonfinite=nonfinite,
                         manifold=manifold if manifold is not None else self.default_manifold, split=split, **own)
+        self._guards = []  # made here, not in the step: torch.compile loses an optimizer attribute set in a step
         super().__init__(params, defaults)
+
+    def __setstate__(self, state):  # unpickling and load_state_dict come here
+        super().__setstate__(state)
+        self.__dict__.setdefault("_guards", [])
 
     # ------------------------------------------------------------------ what a subclass supplies
 
@@ -141,11 +153,13 @@ class MatrixOptimizer(torch.optim.Optimizer):
                              f"{group['manifold']!r}; choose another manifold or another optimizer")
 
     def state_dict(self):
-        sd = super().state_dict()
-        for g in sd["param_groups"]:
-            if isinstance(g.get("manifold"), Manifold):
-                g["manifold"] = g["manifold"].spec()
-        return sd
+        """``torch.optim.Optimizer.state_dict`` with each manifold as its ``spec()`` (plain data, loadable with
+        ``weights_only=True``), done as the first state_dict post-hook so that the user's post-hooks see it too."""
+        handle = self.register_state_dict_post_hook(_manifold_specs, prepend=True)
+        try:
+            return super().state_dict()
+        finally:
+            handle.remove()
 
     def load_state_dict(self, state_dict):
         """Restore state saved by ``state_dict``, keeping each state tensor's saved dtype.
@@ -153,8 +167,18 @@ class MatrixOptimizer(torch.optim.Optimizer):
         ``torch.optim.Optimizer.load_state_dict`` casts floating-point state to its weight's dtype; these
         optimizers keep some state in higher precision (ManifoldMuon's float64 warm-start multipliers,
         float32 momentum of bfloat16 weights), and a cast would make a resumed run differ from one never
-        stopped."""
-        super().load_state_dict(state_dict)
+        stopped. The manifolds are rebuilt and the dtypes restored as the first load_state_dict post-hook (from
+        the state dict as the pre-hooks left it), so that the user's post-hooks see the optimizer fully loaded."""
+        loaded = {}
+        handles = [self.register_load_state_dict_pre_hook(lambda opt, sd: loaded.update(sd=sd)),
+                   self.register_load_state_dict_post_hook(lambda opt: opt._restore(loaded["sd"]), prepend=True)]
+        try:
+            super().load_state_dict(state_dict)
+        finally:
+            for handle in handles:
+                handle.remove()
+
+    def _restore(self, state_dict) -> None:
         for g in self.param_groups:
             if g.get("manifold") is not None:
                 g["manifold"] = get_manifold(g["manifold"])
@@ -251,12 +275,13 @@ class MatrixOptimizer(torch.optim.Optimizer):
             directions.append(grad.lerp(state["momentum_buffer"], momentum) if group["nesterov"] else state["momentum_buffer"])
         W = self._blocks(torch.stack([p.to(dtype) for p in params]), group)
         G = self._blocks(torch.stack(directions), group)
-        self._guards = []
+        self._guards.clear()  # ``guard`` appends to it (a list kept from __init__: see there)
         W_new = self.update(W, G, group, states, params[0].shape)
+        guards = list(self._guards)
         zero = G.flatten(1).abs().amax(dim=1) == 0  # a zero direction leaves a constrained weight as it was
         keep = ~finite | (zero & (group["manifold"] is not None))
         return dict(group=group, params=params, states=states, W_new=W_new, finite=finite, keep=keep,
-                    guards=self._guards)
+                    guards=guards)
 
     def _commit(self, group, params, states, W_new, finite, keep, guards) -> None:
         for p, state, w, ok, stay in zip(params, states, W_new, finite, keep):
