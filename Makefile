@@ -47,8 +47,8 @@ html: install  ## build the HTML from the stored notebooks only, executing nothi
 	$(BIN)/jupyter-book build . --warningiserror --keep-going --quiet
 	@echo "Open the book: file://$(CURDIR)/_build/html/index.html"
 
-reproduce: install  ## re-execute every run notebook at SCALE (default cpu), then build the book
-	$(PY) -m manifold_muon_book.pipeline runs --scale $(SCALE) --force
+reproduce: install  ## re-execute every run notebook at SCALE (default cpu), then build the book; a GPU scale is refused without CUDA unless ALLOW_CPU=1
+	$(PY) -m manifold_muon_book.pipeline runs --scale $(SCALE) --force $(if $(ALLOW_CPU),--allow-cpu)
 	$(MAKE) book SCALE=$(SCALE)
 
 # nbval re-executes every page and compares its outputs with the stored ones (figures: checked to exist).

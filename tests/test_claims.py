@@ -144,8 +144,7 @@ def test_a_criterion_changed_without_history_is_refused(ledger):
     assert len(problems) == 1 and "criterion_history" in problems[0]
     with pytest.raises(ValueError, match="changed after it was locked"):
         lock_criteria(changed, lock)
-    rules = "confirmed at small scale if d <= 0.2; partly if True"
-    changed["claims"][0]["criterion_history"] = [{"date": "2026-12-02", "old": "d <= 0.1", "new": rules,
+    changed["claims"][0]["criterion_history"] = [{"date": "2026-12-02", "old": "d <= 0.1", "new": "d <= 0.2",
                                                   "why": "a reason a reader can judge"}]
     assert check_criteria_lock(changed, lock) == []
     assert check_criteria_lock(changed, lock_criteria(changed, lock)) == []

@@ -432,11 +432,21 @@ def print_estimate(root: Path, scale: str, workers: int) -> None:
     rows = estimate(root, scale, workers)
     print(f"{'run':22s} {'jobs':>5s} {'jobs, 1 process':>16s} {'rest':>9s} {f'on {workers} core(s)':>14s}")
     for r in rows:
+        if r["estimate_s"] != r["estimate_s"]:
+            print(f"{r['run']:22s} {'-':>5s} {'no recorded times':>16s}")
+            continue
         print(f"{r['run']:22s} {r['jobs']:5d} {r['job_s'] / 60:13.1f} min {r['rest_s'] / 60:5.1f} min "
               f"{r['estimate_s'] / 60:10.1f} min")
-    total = sum(r["estimate_s"] for r in rows)
+    known = [r for r in rows if r["estimate_s"] == r["estimate_s"]]  # not NaN: the run recorded its times here
+    unknown = [r["run"] for r in rows if r not in known]
+    total = sum(r["estimate_s"] for r in known)
+    if not known:
+        print(f"make reproduce SCALE={scale}: no run has recorded its times at this scale yet, so there is nothing to "
+              "estimate from; run one (e.g. --only with the shortest) and ask again")
+        return
     print(f"make reproduce SCALE={scale} on {workers} core(s): about {total / 3600:.2f} h of runs (estimated from "
-          "the times they recorded), plus executing the pages (minutes)")
+          "the times they recorded), plus executing the pages (minutes)"
+          + (f"; not counted, with no recorded times: {', '.join(unknown)}" if unknown else ""))
 
 
 class _Stopped(BaseException):
@@ -508,10 +518,90 @@ def _selected_pages(root: Path, only: list[str] | None) -> list[Path]:
     return [p for p in every if p.resolve() in wanted]
 
 
+LOCAL_DATA = ("kjv",)  # data sets the package makes from what it ships, offline, in seconds
+
+
+def _walk_training_presets(value):
+    """The training presets a run preset's scale names (``training_preset`` keys at any depth)."""
+    if isinstance(value, dict):
+        for k, v in value.items():
+            if k == "training_preset" and isinstance(v, str):
+                yield v
+            else:
+                yield from _walk_training_presets(v)
+    elif isinstance(value, list):
+        for v in value:
+            yield from _walk_training_presets(v)
+
+
+def scale_needs(root: Path, name: str, scale: str) -> dict:
+    """What run ``name`` at ``scale`` needs: {"gpu": bool, "data": set of data sets} from its training presets
+    (a training preset whose ``device`` is not ``cpu`` wants a GPU)."""
+    from manifold_muon_lab.config import read_yaml_file
+
+    needs = {"gpu": False, "data": set()}
+    for t in set(_walk_training_presets(load_run_preset(name, scale, root))):
+        path = root / "runs" / "presets" / "training" / f"{t}.yml"
+        if not path.is_file():
+            raise ValueError(f"run {name!r} at scale {scale!r} names the training preset {t!r}, but there is no {path}")
+        cfg = read_yaml_file(path) or {}
+        needs["gpu"] |= cfg.get("device", "auto") != "cpu"
+        if cfg.get("data") not in (None, "synthetic"):
+            needs["data"].add(cfg["data"])
+    return needs
+
+
+def preflight_scale(root: Path, scale: str, only: list[str] | None, allow_cpu: bool = False) -> list[str]:
+    """Refuse, in one sentence and before any run starts, a scale that some selected run lacks, a GPU scale on
+    a machine without CUDA (unless ``allow_cpu``), or a data set that is not prepared; returns the runs."""
+    names = run_templates(root)
+    unknown = sorted(set(only or []) - set(names))
+    if unknown:
+        raise ValueError(f"no run {', '.join(map(repr, unknown))}; runs are {', '.join(names)}")
+    selected = only or names
+    from manifold_muon_lab.config import read_yaml_file
+
+    lacking = [n for n in selected if scale not in (read_yaml_file(root / "runs" / "presets" / f"{n}.yml") or {})]
+    if lacking:
+        have = sorted({k for n in names for k in (read_yaml_file(root / "runs" / "presets" / f"{n}.yml") or {})})
+        raise ValueError(f"scale {scale!r} is not defined for the run(s) {', '.join(lacking)} (scales: {', '.join(have)}); "
+                         f"choose another scale, or --only the runs that have it")
+    needs = {n: scale_needs(root, n, scale) for n in selected}
+    gpu = [n for n, v in needs.items() if v["gpu"]]
+    if gpu and not allow_cpu:
+        import torch
+
+        if not torch.cuda.is_available():
+            raise ValueError(f"scale {scale!r} trains on a GPU ({', '.join(gpu)}) and this machine has none (no CUDA): "
+                             "run it on a GPU box, or pass --allow-cpu (make reproduce ... ALLOW_CPU=1) to run it on "
+                             "the CPU anyway, which takes days")
+    from manifold_muon_lab.data import DATASETS, prepared_meta, preparation_problem
+
+    # the embedded text (kjv) is prepared in seconds on first use; a downloaded corpus must be there before hours
+    # of runs start, not when the fifth notebook reaches it
+    missing = sorted({d for v in needs.values() for d in v["data"]
+                      if d in DATASETS and d not in LOCAL_DATA and prepared_meta(d) is None})
+    if missing:
+        users = [n for n, v in needs.items() if v["data"] & set(missing)]
+        how = "; ".join(preparation_problem(d) or f"python -c 'from manifold_muon_lab.data import "
+                        f"{DATASETS[d].__name__}; {DATASETS[d].__name__}()'" for d in missing)
+        raise ValueError(f"the data set(s) {', '.join(missing)} that {', '.join(users)} train on at scale {scale!r} "
+                         f"are not prepared; prepare them first: {how}")
+    return selected
+
+
 def _check_args(root: Path, args) -> None:
-    """Refuse an unknown run, scale or page before anything executes."""
+    """Refuse an unknown run, scale, page or worker count before anything executes."""
+    if args.workers is not None and args.workers < 1:
+        raise ValueError(f"--workers {args.workers} must be at least 1 (or left out: one per CPU core)")
     if args.what == "runs":
-        _selected_runs(root, args.scale, args.only)
+        preflight_scale(root, args.scale, args.only, allow_cpu=args.allow_cpu)
+    elif args.what in ("status", "estimate"):
+        from manifold_muon_lab.config import read_yaml_file
+
+        scales = sorted({k for n in run_templates(root) for k in (read_yaml_file(root / "runs" / "presets" / f"{n}.yml") or {})})
+        if args.scale not in scales:
+            raise ValueError(f"no run has the scale {args.scale!r}; scales are {', '.join(scales)}")
     elif args.what == "chapters":
         _selected_pages(root, args.only)
 
@@ -524,6 +614,8 @@ def main(argv=None) -> None:
     ap.add_argument("--workers", type=int, default=None,
                     help="runs: independent training runs at a time, one process each (default: one per CPU core)")
     ap.add_argument("--only", nargs="*", help="run names (runs) or page paths such as chapters/01_muon_msign.md (chapters)")
+    ap.add_argument("--allow-cpu", action="store_true",
+                    help="runs: run a GPU scale on a machine without CUDA anyway (days, not hours)")
     args = ap.parse_args(argv)
     try:
         root = repo_root()
