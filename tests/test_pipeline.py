@@ -202,3 +202,40 @@ def test_the_estimate_parallelises_only_what_a_template_runs_in_parallel(tmp_pat
     assert rows["par"]["rest_s"] == 2 * 60.0 and rows["par"]["estimate_s"] == 8 * 60.0 + 2 * 60.0
     assert rows["ser"]["rest_s"] == 60.0 and rows["ser"]["estimate_s"] == 5 * 60.0
     assert rows["resumed"]["rest_s"] == 30.0 and rows["resumed"]["estimate_s"] == 600.0 + 30.0
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["runs", "--scale", "gpt2-124m"], "is not defined for the run"),
+    (["status", "--scale", "nosuch"], "no run has the scale 'nosuch'"),
+    (["estimate", "--workers", "0"], "must be at least 1"),
+    (["runs", "--scale", "cpu", "--workers", "-1"], "must be at least 1"),
+])
+def test_a_bad_scale_or_worker_count_is_one_sentence_and_exit_2(argv, message, capsys):
+    from manifold_muon_book.pipeline import main
+
+    with pytest.raises(SystemExit) as e:
+        main(argv)
+    assert e.value.code == 2 and message in capsys.readouterr().err
+
+
+@pytest.mark.skipif(__import__("torch").cuda.is_available(), reason="a machine with CUDA may run the GPU scale")
+def test_the_gpu_scale_is_refused_without_cuda_and_then_asks_for_its_data(capsys):
+    from manifold_muon_book.pipeline import main
+
+    with pytest.raises(SystemExit) as e:
+        main(["runs", "--scale", "gpu"])
+    assert e.value.code == 2 and "has none (no CUDA)" in capsys.readouterr().err
+    from manifold_muon_lab.data import prepared_meta
+
+    if prepared_meta("openwebtext") is None:  # with --allow-cpu, the next check: the corpus is not there
+        with pytest.raises(SystemExit) as e:
+            main(["runs", "--scale", "gpu", "--allow-cpu"])
+        assert e.value.code == 2 and "openwebtext" in capsys.readouterr().err
+
+
+def test_the_estimate_of_a_scale_without_records_says_so(capsys):
+    from manifold_muon_book.pipeline import main
+
+    main(["estimate", "--scale", "qwen3-120m"])
+    out = capsys.readouterr().out
+    assert "nan" not in out and ("no recorded times" in out or "nothing to estimate" in out)
