@@ -397,3 +397,23 @@ def test_progress_lines_come_every_n_steps_or_every_so_many_seconds(tmp_path, ca
     lines = capsys.readouterr().err.splitlines()
     assert [line.split()[3] for line in lines] == [f"{s}/40" for s in range(1, 41)]
     assert all(line.startswith("[train b] step ") and " loss " in line for line in lines)
+
+
+def test_an_empty_out_dir_is_refused_and_writes_nothing(tmp_path):
+    before = sorted(p.name for p in ROOT.iterdir())
+    proc = _cli(["--preset", "cpu-tiny", "--set", "max_steps=1", "--out-dir", ""])
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 2, err[-2000:]
+    assert err.strip().splitlines() == [PROG + err.strip()[len(PROG):]] and "--out-dir ''" in err
+    assert sorted(p.name for p in ROOT.iterdir()) == before
+
+
+def test_a_diverged_run_exits_3_with_one_sentence(tmp_path):
+    proc = _cli(["--preset", "cpu-tiny", "--set", "lr=1e6", "--set", "adamw_lr=1e3", "--set", "max_steps=6",
+                 "--set", "eval_every=3", "--set", "n_layer=1", "--set", "checkpoint_every=0", "--no-progress",
+                 "--out-dir", str(tmp_path / "d")])
+    out, err = proc.communicate(timeout=300)
+    status = json.loads((tmp_path / "d" / "status.json").read_text())["status"]
+    assert status.startswith("diverged"), status
+    assert proc.returncode == 3, err[-2000:]
+    assert "diverged at step" in err and "lower lr" in err

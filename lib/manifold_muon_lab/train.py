@@ -242,6 +242,7 @@ def check_optimizer_classes(optimizers: dict | None) -> dict:
 
 
 HOOKS = ("before_update", "after_step")
+DIVERGED_EXIT = 3  # the command line's exit code for a run that diverged (2: a usage error, 1: a bug)
 
 
 class Trainer:
@@ -503,7 +504,8 @@ _USER_ERRORS = (RunError, ValueError, TypeError, OSError, ImportError, MemoryErr
 def main(argv=None) -> dict:
     ap = argparse.ArgumentParser(prog="python -m manifold_muon_lab.train", description=__doc__.split("\n\n")[0],
                                  epilog="Errors are one sentence (exit code 2); --debug shows the traceback. "
-                                        "SIGINT/SIGTERM stop at the next step with a checkpoint (exit 130/143).")
+                                        "SIGINT/SIGTERM stop at the next step with a checkpoint (exit 130/143); a run that diverges "
+                                        "exits 3.")
     ap.add_argument("--preset", default="cpu", help="a preset name (a .yml file in --preset-dir) or a .yml path")
     ap.add_argument("--preset-dir", default=str(DEFAULT_PRESET_DIR), help="where preset names are looked up")
     ap.add_argument("--assignment", default=None, help="manifold assignment (overrides the preset's)")
@@ -524,6 +526,9 @@ def main(argv=None) -> dict:
             overrides["assignment"] = args.assignment
         cfg = load_preset(args.preset, args.preset_dir, **overrides)
         if args.out_dir is not None:
+            if not args.out_dir.strip():
+                raise ValueError("--out-dir '' names no folder (the run would write into the current directory); "
+                                 "give a folder, or leave --out-dir out for runs/_train/<preset>/<assignment>")
             cfg.out_dir = args.out_dir
         if cfg.out_dir is None:
             tag = cfg.assignment if isinstance(cfg.assignment, str) else "custom"
@@ -557,6 +562,11 @@ def main(argv=None) -> dict:
             dist.destroy_process_group()
     if int(os.environ.get("RANK", "0")) == 0:
         print(json.dumps(jsonable(summary)))
+    if str(summary.get("status", "")).startswith("diverged"):
+        if int(os.environ.get("RANK", "0")) == 0:
+            print(f"{ap.prog}: the run {summary['status']} (its record is in {cfg.out_dir}); lower lr, or raise "
+                  "divergence_loss_threshold if the loss spike is expected", file=sys.stderr, flush=True)
+        sys.exit(DIVERGED_EXIT)
     return summary
 
 
