@@ -239,3 +239,19 @@ def test_the_estimate_of_a_scale_without_records_says_so(capsys):
     main(["estimate", "--scale", "qwen3-120m"])
     out = capsys.readouterr().out
     assert "nan" not in out and ("no recorded times" in out or "nothing to estimate" in out)
+
+
+def test_a_notebook_s_output_is_forwarded_and_the_kernel_uses_local_sockets(tmp_path, capfd):
+    import nbformat
+
+    from manifold_muon_book.pipeline import _execute
+
+    (tmp_path / "_config.yml").write_text("title: t\n")
+    (tmp_path / "runs").mkdir()
+    nb = nbformat.v4.new_notebook()
+    nb.cells = [nbformat.v4.new_code_cell("import sys\nprint('[train] step 1/2')\nprint('[train] step 2/2', file=sys.stderr)")]
+    nbformat.write(nb, tmp_path / "runs" / "t.ipynb")
+    _execute(tmp_path / "runs" / "t.ipynb", tmp_path / "runs" / "out.ipynb", tmp_path / "runs", None)
+    err = capfd.readouterr().err
+    assert "[train] step 1/2" in err and "[train] step 2/2" in err
+    assert "without encryption" not in err and "Executing Cell" not in err

@@ -33,8 +33,10 @@ from __future__ import annotations
 
 import argparse
 import ast
+import contextlib
 import hashlib
 import json
+import logging
 import os
 import re
 import signal
@@ -273,14 +275,25 @@ def _execute(src: Path, dst: Path, cwd: Path, parameters: dict | None, timeout: 
     import papermill as pm
 
     os.environ.setdefault("MANIFOLD_MUON_DATA_DIR", str(repo_root(cwd) / "data"))  # the kernel inherits it
+    import shutil
+    import tempfile
+
+    from jupyter_client.manager import KernelManager
+
     tmp = dst.with_name(f".{dst.stem}.tmp.ipynb")
     t0 = time.perf_counter()
     _WORKING.add(tmp)
+    # the kernel talks over local sockets (IPC), not unencrypted TCP; what its cells print (a run's training
+    # progress) is forwarded to this terminal as it comes
+    sockets = tempfile.mkdtemp(prefix="manifold-muon-kernel-")
+    km = KernelManager(kernel_name="python3", transport="ipc", ip=os.path.join(sockets, "kernel"))
     try:
-        pm.execute_notebook(
-            str(src), str(tmp), parameters=parameters or {}, cwd=str(cwd), kernel_name="python3",
-            progress_bar=False, execution_timeout=timeout, request_save_on_cell_execute=False,
-        )
+        with _forwarding_cell_output():
+            pm.execute_notebook(
+                str(src), str(tmp), parameters=parameters or {}, cwd=str(cwd), kernel_name="python3",
+                progress_bar=False, execution_timeout=timeout, request_save_on_cell_execute=False,
+                log_output=True, km=km,
+            )
     except Exception:
         failed = dst.with_name(f"{dst.stem}.failed.ipynb")
         if tmp.exists():
@@ -292,8 +305,39 @@ def _execute(src: Path, dst: Path, cwd: Path, parameters: dict | None, timeout: 
         raise
     finally:
         _WORKING.discard(tmp)
+        shutil.rmtree(sockets, ignore_errors=True)
     os.replace(tmp, dst)
     return time.perf_counter() - t0
+
+
+class _CellOutput(logging.Filter):
+    """Keep papermill's log records of what cells print; drop its own bookkeeping lines and blank lines."""
+    OWN = ("Input Notebook:", "Output Notebook:", "Executing notebook with kernel", "Executing Cell", "Ending Cell",
+           "Working directory:", "Black is not installed", "Executing notebook", "Kernel")
+
+    def filter(self, record):
+        msg = record.getMessage()
+        record.msg, record.args = msg.rstrip("\n"), None
+        return bool(msg.strip()) and not msg.strip().startswith(self.OWN)
+
+
+@contextlib.contextmanager
+def _forwarding_cell_output():
+    """While a notebook executes, what its cells print goes to stderr, indented, as it comes."""
+    log = logging.getLogger("papermill")
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter("    %(message)s"))
+    handler.addFilter(_CellOutput())
+    saved = log.level, log.propagate
+    log.addHandler(handler)
+    log.setLevel(logging.INFO)
+    log.propagate = False
+    try:
+        yield
+    finally:
+        log.removeHandler(handler)
+        log.setLevel(saved[0])
+        log.propagate = saved[1]
 
 
 def takes_workers(template_md: Path) -> bool:
