@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import re
 import subprocess
 import sys
 import time
@@ -417,3 +418,14 @@ def test_a_diverged_run_exits_3_with_one_sentence(tmp_path):
     assert status.startswith("diverged"), status
     assert proc.returncode == 3, err[-2000:]
     assert "diverged at step" in err and "lower lr" in err
+
+
+def test_the_progress_line_gives_rate_eta_and_when_val_was_measured(tmp_path, capfd):
+    from manifold_muon_lab.train import train
+
+    train(tiny(tmp_path, max_steps=4, eval_every=2), progress=True)
+    lines = [l for l in capfd.readouterr().err.splitlines() if l.startswith("[train run] step")]
+    assert lines, "no progress line"
+    last = lines[-1]
+    assert re.search(r"\(val \d+\.\d{4} at step [0-9]+\)", last), last
+    assert ("steps/s" in last or "s/step" in last) and "ETA" in last, last

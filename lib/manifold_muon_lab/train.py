@@ -241,6 +241,15 @@ def check_optimizer_classes(optimizers: dict | None) -> dict:
     return dict(optimizers)
 
 
+def _duration(seconds: float) -> str:
+    seconds = max(0.0, seconds)
+    if seconds < 90:
+        return f"{seconds:.0f} s"
+    if seconds < 5400:
+        return f"{seconds / 60:.0f} min"
+    return f"{seconds / 3600:.1f} h"
+
+
 HOOKS = ("before_update", "after_step")
 DIVERGED_EXIT = 3  # the command line's exit code for a run that diverged (2: a usage error, 1: a bug)
 
@@ -381,6 +390,7 @@ class Trainer:
         def due(every: int) -> bool:
             return every > 0 and (final or step % every == 0)
 
+        self.last_eval_step = step
         self.last_eval = self.rec.evaluate(step, self.forward, self.ctx, self.eval_bs,
                                            spectra=due(self.cfg.spectrum_every), probe=due(self.cfg.probe_every))
         return self.last_eval
@@ -390,12 +400,27 @@ class Trainer:
         self.ckpt.save(step, finished, self.model, self.optimizers, self.schedulers, self.gen, self.rec.tell(),
                        self.cuda, wall_time_s=self.wall())
 
+    def _progress_line(self, done: int, rate_from: tuple) -> str:
+        """``[train <run>] step k/N loss x (val y at step j) r steps/s, ETA t``: the validation loss says when it
+        was measured; the rate and ETA count only this session's steps (a resumed run's earlier ones are not)."""
+        cfg = self.cfg
+        val = ""
+        if self.last_eval:
+            val = f" (val {self.last_eval['val_loss']:.4f} at step {self.last_eval_step})"
+        dt, steps = time.monotonic() - rate_from[0], done - rate_from[1]
+        rate = steps / dt if dt > 0 and steps > 0 else None
+        eta = f", ETA {_duration((cfg.max_steps - done) / rate)}" if rate else ""
+        speed = f" {rate:.2f} steps/s" if rate and rate >= 0.1 else (f" {1 / rate:.1f} s/step" if rate else "")
+        return (f"[train {self.out_dir.name}] step {done}/{cfg.max_steps} loss {self.last_loss:.4f}{val}{speed}"
+                f"{eta} ({self.wall():.0f} s)")
+
     def run(self, signals: "_StopOnSignal | None" = None, progress: bool = True) -> dict:
         """Step from where ``setup`` left off to ``max_steps``, a divergence or a signal; returns the summary
         (and writes ``status.json`` and ``provenance.json``); raises ``Interrupted`` after a signal."""
         cfg, self.signals = self.cfg, signals
         every, last_line = max(1, cfg.max_steps // 20), time.monotonic()
         step = self.start
+        rate_from = (time.monotonic(), self.start)  # steps per second over this session's steps
         try:
             for step in range(self.start, self.start if self.done else cfg.max_steps):
                 at_eval = step % cfg.eval_every == 0 and self.main
@@ -406,9 +431,7 @@ class Trainer:
                     break
                 if progress and self.main and ((step + 1) % every == 0 or step + 1 == cfg.max_steps
                                                or time.monotonic() - last_line >= PROGRESS_SECONDS):
-                    val = f" val {self.last_eval['val_loss']:.4f}" if self.last_eval else ""
-                    print(f"[train {self.out_dir.name}] step {step + 1}/{cfg.max_steps} loss {self.last_loss:.4f}"
-                          f"{val} ({self.wall():.0f} s)", file=sys.stderr, flush=True)
+                    print(self._progress_line(step + 1, rate_from), file=sys.stderr, flush=True)
                     last_line = time.monotonic()
                 if self._signalled() and step + 1 < cfg.max_steps:  # stop here, resumable from this boundary
                     step += 1
