@@ -161,14 +161,18 @@ class GramManifold(Manifold):
         """``retraction_factor(S)``, or None where X T would be off the manifold by more than rounding
         (||P(T^T S T - C)||_F > 64 eps (1 + tr S), eps of S's dtype): then retract X itself."""
         T = self.retraction_factor(S)
-        if not bool(torch.isfinite(T).all()):
-            return None
-        T64, S64 = T.to(torch.float64), S.to(torch.float64)
-        n = S.size(-1)
-        off = self.gram_projector(T64.mT @ S64 @ T64 - self.target(n, torch.float64, S.device))
-        trace = torch.diagonal(S64, dim1=-2, dim2=-1).sum(-1)
-        ok = torch.linalg.matrix_norm(off) <= 64 * torch.finfo(S.dtype).eps * (1 + trace)
+        ok = self.lands(T.to(torch.float64), S.to(torch.float64), S.dtype)
         return T if bool(ok.all()) else None
+
+    def lands(self, T: torch.Tensor, S: torch.Tensor, eps_dtype: torch.dtype | None = None) -> torch.Tensor:
+        """Per matrix (a bool tensor, no host read): is X T on the manifold to rounding, T finite and
+        ||P(T^T S T - C)||_F <= 64 eps (1 + tr S), S = X^T X, computed in S's dtype, eps of ``eps_dtype``
+        (default S's)?"""
+        n = S.size(-1)
+        off = self.gram_projector(T.mT @ S @ T - self.target(n, S.dtype, S.device))
+        trace = torch.diagonal(S, dim1=-2, dim2=-1).sum(-1)
+        bound = 64 * torch.finfo(eps_dtype or S.dtype).eps * (1 + trace)
+        return torch.isfinite(T).flatten(-2).all(-1) & (torch.linalg.matrix_norm(off) <= bound)
 
     @_tall(returns_matrix=True)
     def retract_via_gram(self, X):

@@ -529,7 +529,7 @@ def _relative_gap(value, bound):
     return (bound - value) / bound.clamp_min(torch.finfo(bound.dtype).tiny)
 
 
-def lean_solve(W, G, P, warm=None, steps=2, rho=None, relax=1.8, normalize=True, diagonal=None,
+def lean_solve(W, G, P, warm=None, steps=1, rho=None, relax=1.8, normalize=True, diagonal=None,
                polish: int = 0) -> GramSolve:
     """The lean solve: the dual tracked across optimizer steps, a fixed amount of work, no host synchronisation.
 
