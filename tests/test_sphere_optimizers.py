@@ -352,3 +352,13 @@ def test_weight_decay_is_a_learning_rate_change_under_a_rescaling_retraction(nam
             opt.step()
         out.append(p.detach())
     assert torch.allclose(out[0], out[1], atol=1e-12)
+
+
+@pytest.mark.parametrize("name", ["frobenius_sphere", "spectral_sphere"])
+def test_retracting_an_all_zero_weight_is_refused_and_writes_nothing(name):
+    W, V = torch.nn.Parameter(torch.randn(6, 4)), torch.nn.Parameter(torch.zeros(6, 4))
+    before = W.detach().clone()
+    opt = MACRO([W, V], manifold=name)
+    with pytest.raises(ValueError, match="all zero.*initialise it"):
+        opt.retract_parameters()
+    assert torch.equal(W, before)  # nothing written before the refusal

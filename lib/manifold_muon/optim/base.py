@@ -192,13 +192,31 @@ class MatrixOptimizer(torch.optim.Optimizer):
 
     @torch.no_grad()
     def retract_parameters(self) -> None:
-        """Put every weight on its group's manifold (call once after initialisation)."""
+        """Put every weight on its group's manifold (call once after initialisation). A weight the retraction
+        cannot put there (an all-zero matrix has no nearest point on a sphere) is refused with a ValueError
+        before any weight is written. Reads the host once, at the end: this is not a per-step call."""
+        new = []
         for group in self.param_groups:
             if group["manifold"] is None:
                 continue
+            M = group["manifold"]
             for p in group["params"]:
                 W = self._blocks(p.to(self._compute_dtype(p)), group)
-                p.copy_(self.retract(W, group).reshape(p.shape))
+                R = self.retract(W, group)
+                new.append((p, R.reshape(p.shape), M, R))
+        if not new:
+            return
+        off = torch.stack([M.residual(R).amax() for _, _, M, R in new]).tolist()
+        for (p, _, M, _), r in zip(new, off):
+            if not r <= 0.5:  # a gross miss only (NaN included): rounding at any size is far below
+                zero = not bool(p.detach().any())
+                raise ValueError(f"{type(self).__name__}.retract_parameters: a weight of shape {tuple(p.shape)} does not "
+                                 f"land on {M!r} (relative residual {r:.3g})"
+                                 + ("; it is all zero, and a sphere has no nearest point to 0: initialise it "
+                                    "(e.g. torch.nn.init.normal_) before retracting" if zero else
+                                    "; initialise it with a full-rank random matrix before retracting"))
+        for p, R, _, _ in new:
+            p.copy_(R)
 
     def blocks(self, X: torch.Tensor, group: dict) -> torch.Tensor:
         """X (shaped like a weight of ``group``) as the matrices its manifold constrains: (k, D_out/k, D_in)
