@@ -90,3 +90,23 @@ def test_every_run_preset_file_has_the_scales_the_readme_names():
         scales = set(yaml.safe_load(path.read_text()))
         missing = {"smoke", "cpu", "gpu"} - scales
         assert not missing, f"{path.relative_to(ROOT)} has no scale(s) {sorted(missing)}"
+
+
+def test_a_registered_criterion_decides_the_verdict_and_is_printed(monkeypatch):
+    import manifold_muon_book.verdicts as v
+
+    crit = {"statistic": "d, the mean difference.", "scale": "cpu", "seeds": 3,
+            "decide": [["confirmed at small scale", "d <= 0.1"], ["partly", "True"]]}
+    history = [{"date": "2026-12-02", "old": "d <= 0.2", "new": "d <= 0.1", "why": "a reason"}]
+    claim = {"id": "B-XX-01", "status": "partly", "criterion": crit, "criterion_history": history}
+    monkeypatch.setattr(v, "claim", lambda cid: claim)
+    shown = []
+    monkeypatch.setattr(v, "_markdown", shown.append)
+    v.show_verdict("B-XX-01", evidence={"d": 0.5}, reason="Measured.")
+    assert "Verdict on B-XX-01: partly" in shown[0] and "**Criterion**" in shown[0] and "**Criterion changed**" in shown[0]
+    with pytest.raises(AssertionError, match="pre-registered criterion gives 'partly'"):
+        v.show_verdict("B-XX-01", "confirmed at small scale", "Measured.", evidence={"d": 0.5})
+    with pytest.raises(ValueError, match="pass evidence"):
+        v.show_verdict("B-XX-01", "partly", "Measured.")
+    with pytest.raises(AssertionError, match="book/claims.yml says 'partly'"):
+        v.show_verdict("B-XX-01", evidence={"d": 0.05}, reason="Measured.")  # the criterion says confirmed
