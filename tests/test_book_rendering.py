@@ -45,9 +45,9 @@ def test_math_code_and_roles_pass_through():
 
 
 def test_verdict_admonition_names_status_and_anchor():
-    md = verdict_markdown("B-SJ-06", "not confirmed", "False: z_(1)")
-    assert md.startswith(":::{admonition} Verdict on B-SJ-06: not confirmed\n")
-    assert ":name: verdict-b-sj-06" in md and "verdict-not-confirmed" in md and r"z\_\(1\)" in md
+    md = verdict_markdown("B-SJ-06", "refuted", "False: z_(1)")
+    assert md.startswith(":::{admonition} Verdict on B-SJ-06: refuted\n")
+    assert ":name: verdict-b-sj-06" in md and "verdict-refuted" in md and r"z\_\(1\)" in md
     assert verdict_anchor("P-FSO-03") == "verdict-p-fso-03"
 
 

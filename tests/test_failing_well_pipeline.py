@@ -72,7 +72,7 @@ def test_a_stopped_pipeline_leaves_no_files_and_no_kernel(tmp_path, sig):
 
 
 @pytest.mark.parametrize("argv, expected", [
-    (["runs", "--scale", "laptop"], "has no scale 'laptop'; choose one of: smoke, cpu"),
+    (["runs", "--scale", "laptop"], "scale 'laptop' is not defined for the run(s) "),
     (["runs", "--only", "nope"], "no run 'nope'; runs are "),
     (["chapters", "--only", "chapters/99_none.md"], "not a book page: chapters/99_none.md; pages are chapters/01"),
 ], ids=["scale", "run", "page"])
