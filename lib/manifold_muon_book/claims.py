@@ -152,36 +152,38 @@ def _lock_entry(claim: dict) -> dict:
     return {"sha": criterion_sha(claim["criterion"]), "history": len(claim.get("criterion_history") or [])}
 
 
+def _changed_without_history(claim: dict, entry: dict) -> bool:
+    """Whether a locked criterion changed and no criterion_history entry was added since it was locked."""
+    return (entry["sha"] != criterion_sha(claim["criterion"])
+            and not len(claim.get("criterion_history") or []) > entry["history"])
+
+
 def check_criteria_lock(ledger: dict, lock: dict) -> list[str]:
     """The problems of the ledger against the lock (``book/criteria.lock.json``, written by ``lock``): a
-    criterion that is not locked, or that changed since it was locked without a new criterion_history
-    entry whose ``new`` is the criterion's rules as they now are. An empty list: all is well."""
+    criterion that is not locked, or that changed since it was locked without a new criterion_history entry.
+    An empty list: all is well."""
     problems = []
     for c in ledger["claims"]:
         if c.get("criterion") is None:
             continue
-        entry, now = lock.get(c["id"]), _lock_entry(c)
+        entry = lock.get(c["id"])
         if entry is None:
             problems.append(f"{c['id']}: its criterion is not locked; run `python -m manifold_muon_book.claims lock` "
                             "before the evidence exists")
-        elif entry["sha"] != now["sha"]:
-            history = c.get("criterion_history") or []
-            if not len(history) > entry["history"]:
-                problems.append(f"{c['id']}: its criterion changed after it was locked; add a criterion_history entry "
-                                "(date, old, new, why) saying what changed and why, then lock again")
+        elif _changed_without_history(c, entry):
+            problems.append(f"{c['id']}: its criterion changed after it was locked; add a criterion_history entry "
+                            "(date, old, new, why) saying what changed and why, then lock again")
     return problems
 
 
-def _rules_text(criterion: dict) -> str:
-    return "; ".join(f"{s} if {cond}" for s, cond in criterion["decide"])
-
-
 def lock_criteria(ledger: dict, lock: dict) -> dict:
-    """The lock with every criterion recorded; refuses (ValueError) where ``check_criteria_lock`` finds a change
-    without history, so a criterion cannot be re-locked silently."""
-    bad = [p for p in check_criteria_lock(ledger, lock) if "changed after" in p]
+    """The lock with every criterion recorded; refuses (ValueError) a criterion that changed without a history
+    entry, so a criterion cannot be re-locked silently."""
+    bad = [c["id"] for c in ledger["claims"]
+           if c.get("criterion") is not None and c["id"] in lock and _changed_without_history(c, lock[c["id"]])]
     if bad:
-        raise ValueError("; ".join(bad))
+        raise ValueError(f"the criterion of {', '.join(bad)} changed after it was locked; add a criterion_history "
+                         "entry (date, old, new, why) saying what changed and why, then lock again")
     return {**lock, **{c["id"]: _lock_entry(c) for c in ledger["claims"] if c.get("criterion") is not None}}
 
 

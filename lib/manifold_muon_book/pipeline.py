@@ -562,6 +562,13 @@ def _selected_pages(root: Path, only: list[str] | None) -> list[Path]:
     return [p for p in every if p.resolve() in wanted]
 
 
+def run_scales(root: Path, name: str) -> list[str]:
+    """The scales ``runs/presets/<name>.yml`` defines."""
+    from manifold_muon_lab.config import read_yaml_file
+
+    return list(read_yaml_file(root / "runs" / "presets" / f"{name}.yml") or {})
+
+
 LOCAL_DATA = ("kjv",)  # data sets the package makes from what it ships, offline, in seconds
 
 
@@ -603,11 +610,9 @@ def preflight_scale(root: Path, scale: str, only: list[str] | None, allow_cpu: b
     if unknown:
         raise ValueError(f"no run {', '.join(map(repr, unknown))}; runs are {', '.join(names)}")
     selected = only or names
-    from manifold_muon_lab.config import read_yaml_file
-
-    lacking = [n for n in selected if scale not in (read_yaml_file(root / "runs" / "presets" / f"{n}.yml") or {})]
+    lacking = [n for n in selected if scale not in run_scales(root, n)]
     if lacking:
-        have = sorted({k for n in names for k in (read_yaml_file(root / "runs" / "presets" / f"{n}.yml") or {})})
+        have = sorted({k for n in names for k in run_scales(root, n)})
         raise ValueError(f"scale {scale!r} is not defined for the run(s) {', '.join(lacking)} (scales: {', '.join(have)}); "
                          f"choose another scale, or --only the runs that have it")
     needs = {n: scale_needs(root, n, scale) for n in selected}
@@ -641,9 +646,7 @@ def _check_args(root: Path, args) -> None:
     if args.what == "runs":
         preflight_scale(root, args.scale, args.only, allow_cpu=args.allow_cpu)
     elif args.what in ("status", "estimate"):
-        from manifold_muon_lab.config import read_yaml_file
-
-        scales = sorted({k for n in run_templates(root) for k in (read_yaml_file(root / "runs" / "presets" / f"{n}.yml") or {})})
+        scales = sorted({k for n in run_templates(root) for k in run_scales(root, n)})
         if args.scale not in scales:
             raise ValueError(f"no run has the scale {args.scale!r}; scales are {', '.join(scales)}")
     elif args.what == "chapters":
