@@ -230,7 +230,8 @@ def test_default_keeps_the_constraint_over_1000_steps_tall_wide_square(name, inn
         sum(((w - t) ** 2).sum() for w, t in zip(Ws, Ts)).backward()
         opt.step()
     for w in Ws:
-        assert M.residual(w).item() < 1e-5
+        # at float32 rounding of W^T W's own scale (DGram's free norms grow here to ||W||_F^2 ~ 30): a few eps
+        assert M.residual(w).item() < 1e-6 * max(1.0, float(w.detach().norm() ** 2))
 
 
 def test_bf16_weights_take_the_fused_step():

@@ -249,7 +249,9 @@ class Span:
         return Span(torch.where(m, self.a, other.a), torch.where(m, self.b, other.b))
 
     def matrix(self, pic: GramPicture):
-        """The m x n matrix W a + C b (the one m-dependent product)."""
+        """The m x n matrix W a + C b (the one m-dependent product; on a square W, C = 0 and W a alone)."""
+        if pic.W.size(-2) == pic.W.size(-1):
+            return pic.W @ self.a.to(pic.W.dtype)
         return pic.W @ self.a.to(pic.W.dtype) + pic.C @ self.b.to(pic.C.dtype)
 
 
@@ -284,9 +286,10 @@ def gram_picture(W, G, P, dtype=torch.float64, products=torch.float64, diagonal:
     K0 = torch.cholesky_solve(WtG.to(torch.float64), L).to(products)
     if W.size(-2) == W.size(-1):  # square: range(W) is everything, C = 0 exactly (what is left is rounding)
         C = torch.zeros_like(G64)
+        R = torch.zeros_like(D)
     else:
         C = G64 - W64 @ K0
-    R = _sym(C.mT @ C)
+        R = _sym(C.mT @ C)
     return GramPicture(W, C.to(W.dtype), D.to(dtype), K0.to(dtype), R.to(dtype), P, diagonal)
 
 

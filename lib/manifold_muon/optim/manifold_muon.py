@@ -9,8 +9,8 @@ Inner solvers (``inner``):
 * ``"lean"``: Manifold Muon at about Muon's price. Square Stiefel in closed form
   (``square_stiefel_step``: one eigendecomposition, exact, gap 0 to rounding, retraction free); elsewhere
   ``inner_solvers.lean_solve``: the dual (Lambda, U) carried from the previous step, ``inner_steps`` (1) ADMM
-  iterations, one certificate, and ``lean_retract`` (Stiefel by a series, no eigendecomposition; Oblique
-  exact; DGram one eigh). Fixed work per matrix and no host synchronisation; the certified gap is
+  iterations, one certificate, and ``lean_retract`` (no eigendecomposition: Stiefel and DGram by a series,
+  Oblique exact). Fixed work per matrix and no host synchronisation; the certified gap is
   recorded, not enforced (on training-like momenta it is about 0.1-0.3: the measured accuracy-cost table
   is the benchmark ``solver_table`` and chapter 03). Not the default: at the cpu preset it trains measurably
   worse than ``"gram_admm"`` (chapter 05, run ``solver_training``).
@@ -39,7 +39,7 @@ from __future__ import annotations
 
 import torch
 
-from ..manifolds.gram import DGram, GramManifold, GramOblique, Stiefel
+from ..manifolds.gram import GramManifold, Stiefel, inverse_sqrt_newton_schulz, inverse_sqrt_series  # noqa: F401 (re-exported)
 from ..msign import DEFAULT, msign
 from .base import MatrixOptimizer
 from .inner_solvers import (GramSolve, Span, _sym, admm, dual_ascent, exact_solve, gram, gram_solve, inv_sqrt,
@@ -114,35 +114,6 @@ def fused_retract(M: GramManifold, sol: GramSolve, lr: float, weight_decay: floa
     return W_new.mT if sol.wide else W_new
 
 
-def inverse_sqrt_newton_schulz(S: torch.Tensor, iterations: int) -> torch.Tensor:
-    """S^{-1/2} of a symmetric positive definite S close to a multiple of I, by the coupled Newton-Schulz
-    iteration Y <- Y T, Z <- T Z, T = (3 I - Z Y) / 2 (Y -> S^{1/2}, Z -> S^{-1/2}; Higham 2008, eq. 6.35) on
-    S / mean(diag S): matrix products only. It converges quadratically where ||S / c - I||_2 < 1; for the
-    Gram matrix of X = W - lr A on Stiefel (A tangent, ||A||_op <= 1) that distance is at most lr^2, so
-    ``iterations`` = 4 leaves an error of about (lr^2)^16: rounding for every lr < 0.9."""
-    c = torch.diagonal(S, dim1=-2, dim2=-1).mean(-1)[..., None, None]
-    eye = torch.eye(S.size(-1), dtype=S.dtype, device=S.device)
-    Y, Z = S / c, eye.expand_as(S)
-    for _ in range(iterations):
-        T = 1.5 * eye - 0.5 * (Z @ Y)
-        Y, Z = Y @ T, T @ Z
-    return Z / c.sqrt()
-
-
-def inverse_sqrt_series(S: torch.Tensor, lr: float) -> torch.Tensor:
-    """(I + N)^{-1/2} = I - N/2 + 3N^2/8 - 5N^3/16 + ..., N = S - I, for the Gram matrix S = X^T X of
-    X = W - lr A on Stiefel: A tangent with ||A||_op <= 1 gives N = lr^2 A^T A (plus W's rounding), so
-    ||N||_2 <= lr^2 and the terms kept (two for lr <= 0.03, three to 0.2, else ``inverse_sqrt_newton_schulz``)
-    leave an error below float32 rounding. Matrix products only (one or two n x n)."""
-    eye = torch.eye(S.size(-1), dtype=S.dtype, device=S.device)
-    if lr > 0.2:
-        return inverse_sqrt_newton_schulz(S, 5)
-    N = S - eye
-    N2 = N @ N
-    T = eye - 0.5 * N + 0.375 * N2
-    return T - 0.3125 * (N2 @ N) if lr > 0.03 else T
-
-
 def _landed(M: GramManifold, T, S, dtype) -> torch.Tensor:
     """Per matrix: does X T lie on M to rounding (``GramManifold.lands``, eps of ``dtype``)?"""
     return M.lands(T, S, dtype)
@@ -150,25 +121,17 @@ def _landed(M: GramManifold, T, S, dtype) -> torch.Tensor:
 
 def lean_retract(M: GramManifold, sol: GramSolve, lr: float, weight_decay: float = 0.0, dtype=torch.float32):
     """(W+, landed, fix): the retraction of X = (1 - lr wd) W - lr A from the solve's n x n picture, without
-    a host synchronisation. X = W a' + C b' has Gram matrix S = X^T X in n x n; the factor T with X T on M:
-    Stiefel S^{-1/2} by ``inverse_sqrt_newton_schulz`` in float32 (no eigendecomposition), GramOblique
-    diag(S)^{-1/2} (exact), DGram its ``retraction_factor`` (one float64 eigh). ``landed`` (a bool per
-    matrix, a tensor) says where X T is on M to rounding; ``fix(bad)`` recomputes those by retracting the
-    m x n X itself (the optimizer reads ``landed`` in its one synchronisation per step, ``guard``)."""
+    a host synchronisation and without an eigendecomposition. X = W a' + C b' has Gram matrix S = X^T X in
+    n x n; the manifold's ``series_factor`` T puts X T on M by matrix products in float32 (Stiefel: S^{-1/2}
+    by a series; DGram: the same series on S with its diagonal scaled out; GramOblique: the exact column
+    scaling). ``landed`` (a bool per matrix, a tensor) says where X T is on M to rounding; ``fix(bad)``
+    recomputes those by retracting the m x n X itself (the optimizer reads ``landed`` in its one
+    synchronisation per step, ``guard``)."""
     pic, A = sol.picture, sol.A
     X = Span((1 - lr * weight_decay) * pic.eye() - lr * A.a, -lr * A.b)
-    S = gram(pic, X, exact=True)
-    if isinstance(M, Stiefel):
-        S32 = S.to(torch.float32)
-        T = inverse_sqrt_series(S32, lr)
-        landed = _landed(M, T, S32, dtype)
-    elif isinstance(M, GramOblique):
-        d = torch.diagonal(S, dim1=-2, dim2=-1)
-        T = torch.diag_embed(torch.where(d > 0, d.clamp_min(torch.finfo(d.dtype).tiny).rsqrt(), 0))
-        landed = (d > 0).all(-1)
-    else:
-        T = M.retraction_factor(S)
-        landed = _landed(M, T, S, dtype)
+    S = gram(pic, X, exact=True).to(torch.float32)
+    T = M.series_factor(S, lr)
+    landed = _landed(M, T, S, dtype)
     T = torch.nan_to_num(T).to(X.a.dtype)
     W_new = (X @ T).matrix(pic)
 
@@ -329,7 +292,7 @@ class ManifoldMuon(MatrixOptimizer):
             warm = (torch.stack([s["Lambda"] for s in states]),
                     Span(torch.stack([s["U_a"] for s in states]), torch.stack([s["U_b"] for s in states])))
         sol = lean_solve(W, G, M.gram_projector, warm=warm, steps=group["inner_steps"], rho=group["rho"],
-                         normalize=group["normalize"], diagonal=not isinstance(M, GramOblique))
+                         normalize=group["normalize"], diagonal=M.diagonal_gram)
         violation = rms(M.gram_projector(tangent_defect(sol.picture, sol.A)))
         for i, s in enumerate(states):
             s["tangent_violation"], s["duality_gap"], s["inner_iterations"] = violation[i], sol.gap[i], sol.iterations[i]
