@@ -110,3 +110,66 @@ def test_a_registered_criterion_decides_the_verdict_and_is_printed(monkeypatch):
         v.show_verdict("B-XX-01", "partly", "Measured.")
     with pytest.raises(AssertionError, match="book/claims.yml says 'partly'"):
         v.show_verdict("B-XX-01", evidence={"d": 0.05}, reason="Measured.")  # the criterion says confirmed
+
+
+# ---------------------------------------------------------------- claims quoted in TeX
+
+from manifold_muon_book.claims_page import _has_math, claim_html, claims_table, formula_pieces  # noqa: E402
+from manifold_muon_book.verdicts import claim_markdown  # noqa: E402
+
+TEX_CLAIM = {"id": "B-XX-01", "section": "Gram_space (2)",
+             "claim": "Stiefel forces ||W||_2 = 1 for W in R^{m x n}.",
+             "tex": r"Stiefel forces $\|W\|_2 = 1$ for $W \in \mathbb{R}^{m \times n}$."}
+
+
+def test_a_claim_box_quotes_the_tex_version_with_its_math_typeset():
+    md = claim_markdown(TEX_CLAIM, "blog post")
+    assert r"$\|W\|_2 = 1$" in md and r"$W \in \mathbb{R}^{m \times n}$" in md and "||W||" not in md
+    assert r"*Gram\_space \(2\)*" in md  # the section is still prose
+    html = _render(md)
+    assert html.count('class="math inline"') == 2 and "<blockquote>" in html
+    plain = claim_markdown({k: v for k, v in TEX_CLAIM.items() if k != "tex"}, "blog post")
+    assert r"\|\|W\|\|\_2" in plain and "$" not in plain  # no tex: the plain sentence, shown as written
+
+
+def test_the_claims_table_gives_mathjax_the_tex_version():
+    html = claim_html(TEX_CLAIM)
+    assert html == ('Stiefel forces <span class="math notranslate nohighlight">\\(\\|W\\|_2 = 1\\)</span> for '
+                    '<span class="claims-nowrap"><span class="math notranslate nohighlight">'
+                    '\\(W \\in \\mathbb{R}^{m \\times n}\\)</span>.</span>')
+    assert claim_html({"claim": "a < b & ||W||_2"}) == "a &lt; b &amp; ||W||_2"
+    ledger = load_ledger(ROOT / "book" / "claims.yml")
+    table = claims_table_html(ledger, notebook_links(ROOT))
+    cells = re.findall(r'<td class="claims-text">(.*?)(?:<details>|</td>)', table)
+    assert len(cells) == len(ledger["claims"])
+    with_tex = [c for c in ledger["claims"] if c.get("tex")]
+    assert table.count('<span class="math notranslate nohighlight">\\(') >= sum(c["tex"].count("$") // 2
+                                                                              for c in with_tex)
+    assert not any("$" in cell for cell in cells)  # every formula became a math span
+    assert '<div class="claims-table-wrapper"><table class="claims-table"' in table
+
+
+def test_a_long_formula_is_cut_only_before_its_outer_relations():
+    tex = r"\max(\|E V_0\|_2, \|E^\top U_0\|_2) / \Delta \le \|E\|_2 / \Delta \le \min_{i \le r} \sigma_i(x = y)"
+    pieces = formula_pieces(tex)
+    assert pieces == [r"\max(\|E V_0\|_2, \|E^\top U_0\|_2) / \Delta", r"\le \|E\|_2 / \Delta",
+                      r"\le \min_{i \le r} \sigma_i(x = y)"]
+    assert formula_pieces(r"\Delta = \min_{i \le r,\, j > r} |\sigma_i(A) - \sigma_j(\tilde A)| > 0") == [
+        r"\Delta = \min_{i \le r,\, j > r} |\sigma_i(A) - \sigma_j(\tilde A)| > 0"]  # no lone "\Delta", "> 0"
+    assert formula_pieces(r"\|W\|_2 = 1") == [r"\|W\|_2 = 1"]  # short: whole
+
+
+def test_the_claims_page_is_marked_as_holding_math_so_that_mathjax_loads():
+    from types import SimpleNamespace
+
+    from docutils.utils import new_document
+
+    data = {"has_equations": {}}
+    app = SimpleNamespace(env=SimpleNamespace(docname="book/claims",
+                                              get_domain=lambda name: SimpleNamespace(data=data)))
+    doctree = new_document("claims")
+    _has_math(app, doctree)
+    assert data["has_equations"] == {}
+    doctree += claims_table()
+    _has_math(app, doctree)
+    assert data["has_equations"] == {"book/claims": True}

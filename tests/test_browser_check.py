@@ -55,6 +55,9 @@ def test_a_clean_page_passes_and_each_defect_fails(tmp_path):
     good = _page("<p>Inline <span class='math'>\\(\\|J\\|_F \\le 1/2\\)</span> and "
                  "<span class='pasted-text'>0.250</span>.</p><img src='_static/dot.png'>"
                  "<table><tr><td style='padding: 0 8px'>1</td><td style='padding: 0 8px'>2</td></tr></table>"
+                 # a table wider than the column is fine where it scrolls inside a wrapper within the column
+                 "<div style='width: 300px; overflow-x: auto'><table style='width: 600px'><tr>"
+                 "<td style='padding: 0 8px'>0.019</td><td style='padding: 0 8px'>1.931</td></tr></table></div>"
                  "<p><a href='index.html#here' id='here'>a link</a></p><pre>code with \\( and $$ is fine</pre>",
                  MATH_HEAD)
     problems = _problems(tmp_path, {
@@ -70,6 +73,20 @@ def test_a_clean_page_passes_and_each_defect_fails(tmp_path):
         "anchor.html": _page("<p><a href='index.html#nowhere'>dead</a> <a href='gone.html'>gone</a></p>"),
         "table.html": _page("<table style='border-spacing: 0'><tr><td style='padding: 0'>2.100e-01</td>"
                             "<td style='padding: 0'>2.48</td></tr></table>"),
+        # the first cells are spaced, the numbers of the next row run together: "0.0191.9311.967"
+        "cramped_row.html": _page("<table style='border-collapse: collapse'>"
+                                  "<tr><th style='padding: 0 8px'>std</th><th style='padding: 0 8px'>min</th></tr>"
+                                  "<tr><td style='padding: 0 8px 0 0'>0.019</td><td style='padding: 0'>1.931</td>"
+                                  "<td style='padding: 0'>1.967</td></tr></table>"),
+        "wide.html": _page("<table style='width: 700px'><tr><td style='padding: 0 8px'>1</td>"
+                           "<td style='padding: 0 8px'>2</td></tr></table>").replace("<main>",
+                                                                                    "<main style='width: 400px'>"),
+        "claims_scroll.html": _page("<div style='width: 400px; overflow-x: auto'><table class='claims-table' "
+                                    "style='width: 700px'><tr><td style='padding: 0 8px'>B-XX-01</td></tr></table>"
+                                    "</div>"),
+        "formula.html": _page("<table style='table-layout: fixed; width: 200px'><tr><td style='width: 60px'>"
+                              "<span class='math'>\\(a + b + c + d + e + f + g + h + i + j\\)</span></td><td>x</td>"
+                              "</tr></table>", MATH_HEAD),
     })
     assert problems["index.html"] == []
     expected = {
@@ -77,7 +94,9 @@ def test_a_clean_page_passes_and_each_defect_fails(tmp_path):
         "console.html": "console error: boom", "exception.html": "uncaught exception",
         "remote.html": "https://cdn.example.invalid/x.js", "glue.html": "glued value missing",
         "xref.html": "broken cross-reference", "anchor.html": "missing anchor",
-        "table.html": "without space between columns",
+        "table.html": "without space between columns", "cramped_row.html": "'1.931' | '1.967'",
+        "wide.html": "past the text column", "claims_scroll.html": "must fit without scrolling sideways",
+        "formula.html": "a formula",
     }
     for page, text in expected.items():
         assert any(text in p for p in problems[page]), (page, problems[page])

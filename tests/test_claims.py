@@ -173,3 +173,58 @@ def test_a_malformed_criterion_is_refused(tmp_path, ledger, bad, message):
 def test_the_chapter_plan_is_the_chapters_that_exist(ledger):
     files = sorted(str(p.relative_to(ROOT)) for p in (ROOT / "chapters").glob("[0-9][0-9]_*.md"))
     assert sorted(ledger["chapters"]) == files, "book/claims.yml's chapters list must name exactly the chapter files"
+
+
+# ---------------------------------------------------------------- the TeX version of a claim
+
+import re  # noqa: E402
+
+from manifold_muon_book.claims import criterion_sha, tex_problem  # noqa: E402
+
+
+def test_tex_is_optional_and_its_dollars_pair_up(tmp_path, ledger):
+    validate_ledger(_ledger(ledger, _claim()), tmp_path)  # no tex: fine
+    validate_ledger(_ledger(ledger, _claim(tex=r"$\operatorname{msign}$ snaps every singular value to $1$.")),
+                    tmp_path)
+    for bad, message in [("", "non-empty string"), ("   ", "non-empty string"), (None, "non-empty string"),
+                         (3, "non-empty string"), (r"$\|W\|_2 = 1", r"odd number of '\$'"),
+                         (r"$a$ and $b", "odd number"), ("$$x$$ displayed", r"'\$\$'"), ("an empty $ $ one", "empty")]:
+        with pytest.raises(ValueError, match="B-XX-01: tex .*" + message):
+            validate_ledger(_ledger(ledger, _claim(tex=bad)), tmp_path)
+    assert tex_problem(r"At $n = 64$, $\alpha = 0.01$.") is None
+
+
+def test_every_claim_with_ascii_mathematics_has_a_tex_version(ledger):
+    """A claim written with ``||W||_2`` or ``W in R^{m x n}`` is shown to readers typeset, from its tex field."""
+    ascii_math = re.compile(r"\|\||\bin R\^|\^T\b|sqrt\(|<=|>=")
+    missing = [c["id"] for c in ledger["claims"] if ascii_math.search(c["claim"]) and not c.get("tex")]
+    assert not missing, f"claims with ASCII mathematics and no tex field: {missing}"
+    assert sum("tex" in c for c in ledger["claims"]) >= 40
+
+
+def _words(text: str) -> list[str]:
+    return re.findall(r"[A-Za-z]{2,}", text)
+
+
+def test_a_tex_version_keeps_the_claims_words(ledger):
+    """Only the notation changes: the words of ``tex`` outside its formulas are the claim's words, in order."""
+    for c in ledger["claims"]:
+        if not c.get("tex"):
+            continue
+        assert tex_problem(c["tex"]) is None, (c["id"], tex_problem(c["tex"]))
+        words, claim_words = _words(re.sub(r"\$[^$]*\$", " ", c["tex"])), _words(c["claim"])
+        at = 0
+        for word in words:
+            assert word in claim_words[at:], f"{c['id']}: tex says {word!r} where the claim does not"
+            at = claim_words.index(word, at) + 1
+
+
+def test_a_tex_version_is_no_criterion_change(ledger):
+    """Adding or editing ``tex`` leaves a locked criterion locked: the lock hashes the criterion alone."""
+    claim = _claim(status="partly", chapter="chapters/01_muon_msign.md", kind="experiment", criterion=_criterion())
+    before = _ledger(ledger, claim)
+    lock = lock_criteria(before, {})
+    after = copy.deepcopy(before)
+    after["claims"][0]["tex"] = r"$\operatorname{msign}$ snaps every singular value to $1$."
+    assert check_criteria_lock(after, lock) == []
+    assert criterion_sha(after["claims"][0]["criterion"]) == lock["B-XX-01"]["sha"]

@@ -1,4 +1,4 @@
-"""The plumbing of the optimizer-benchmark chapter (``chapters/14_benchmarks.md``).
+"""The plumbing of the optimizer-benchmark chapter (``chapters/13_benchmarks.md``).
 
 The chapter keeps in view the arithmetic it checks: the differences it reads off the paper's Table 4,
 the differences to Muon paired by seed, the violation ratios, the bisection experiment, the time ratios.

@@ -14,11 +14,18 @@ extra package). A page passes when
 * every image has loaded (natural width > 0);
 * every glued value is there (no empty paste, no ``{glue`` left in the text);
 * no cross-reference is broken (no ``??``, no unresolved ``xref``, every internal link and ``#anchor``
-  points at a file and an id that exist) and every table has space between its columns.
+  points at a file and an id that exist);
+* its tables read as tables: no two adjacent cells of a row have their text closer than ``MIN_GAP_PX``
+  (``0.0191.9311.967``), two adjacent numeric cells have padding on both facing sides, and no table runs past
+  the text column: the table, or the scroll wrapper it sits in, lies inside the content box of the article
+  (``.bd-article``; else ``main``), and no formula runs out of its cell. A table that scrolls inside its wrapper
+  is allowed, except the tables named in ``FIT_COLUMN`` (the claims ledger), which must fit the column at the
+  check's window width.
 
-The static checks on the HTML files (no ``<script src="http...">`` or ``<link href="http...">``, internal
-links and anchors) need no browser. Screenshots of the pages named in ``SCREENSHOTS`` are written to
-``--out``. The exit status is 0 when every page passes; the report lists every problem by page.
+The window is 1280 px wide (``Chromium``'s default), a laptop's. The static checks on the HTML files (no
+``<script src="http...">`` or ``<link href="http...">``, internal links and anchors) need no browser.
+Screenshots of the pages named in ``SCREENSHOTS`` are written to ``--out``. The exit status is 0 when every
+page passes; the report lists every problem by page.
 """
 
 from __future__ import annotations
@@ -48,20 +55,24 @@ SCREENSHOTS = {
     "chapters/06_softmax_jacobian.html": "chapter_06.png",
     "chapters/06_softmax_jacobian.html#verdict-b-sj-06": "chapter_06_verdict.png",
     "chapters/06_softmax_jacobian.html#tab-sj-decay": "chapter_06_table.png",
-    "chapters/03_dual_ascent.html#sec-da-lean": "chapter_03_lean.png",
-    "chapters/03_dual_ascent.html#fig-lean-picture": "chapter_03_lean_picture.png",
+    "chapters/04_solver.html#sec-solver-lean": "chapter_04_lean.png",
+    "chapters/04_solver.html#fig-lean-picture": "chapter_04_lean_picture.png",
     "chapters/05_five_assignments.html#tab-solver-training": "chapter_05_solver_training.png",
+    "chapters/05_five_assignments.html#tab-spread-main": "chapter_05_table.png",
     "book/claims.html": "claims_page.png",
     "book/claims.html#claims-table": "claims_table.png",
 }
 LOCAL_SCHEMES = ("file", "data", "blob", "about", "chrome", "devtools")
 PAGE_TIMEOUT_S = 60.0
+MIN_GAP_PX = 6  # the least space between the text of two adjacent cells (about half a digit)
+FIT_COLUMN = ["table.claims-table"]  # tables that must fit the text column without scrolling sideways
 
 # Runs in the page after its load event: waits for MathJax and the images, then reports what a reader sees.
 _INSPECT = r"""
 (async () => {
+  const MIN_GAP = __MIN_GAP__, FIT_COLUMN = __FIT_COLUMN__;
   const out = {rawTex: [], untypeset: [], mathErrors: [], images: [], glue: [], brokenRefs: [],
-               questionMarks: [], crampedTables: [], mathjax: false};
+               questionMarks: [], crampedTables: [], wideTables: [], mathjax: false};
   if (window.MathJax && MathJax.startup && MathJax.startup.promise) {
     out.mathjax = true;
     await MathJax.startup.promise;
@@ -98,19 +109,87 @@ _INSPECT = r"""
   for (const el of document.querySelectorAll(".xref")) {
     if (!el.closest("a")) out.brokenRefs.push(short(el.textContent));
   }
+  // Tables. The text box of a cell: the union of its text and typeset math, not its padding.
+  const textBox = cell => {
+    let box = null;
+    const add = r => {
+      if (r.width === 0 && r.height === 0) return;
+      box = box ? {left: Math.min(box.left, r.left), right: Math.max(box.right, r.right)}
+                : {left: r.left, right: r.right};
+    };
+    for (const math of cell.querySelectorAll("mjx-container")) add(math.getBoundingClientRect());
+    const texts = document.createTreeWalker(cell, NodeFilter.SHOW_TEXT);
+    while (texts.nextNode()) {
+      const node = texts.currentNode;
+      if (!node.textContent.trim() || node.parentElement.closest("mjx-container")) continue;  // hidden text: no box
+      const range = document.createRange();
+      range.selectNodeContents(node);
+      add(range.getBoundingClientRect());
+    }
+    return box;
+  };
+  const numeric = text => /^[-+−]?(\d[\d,]*(\.\d*)?|\.\d+)(e[-+]?\d+)?\s*(%|x)?$/i.test(text.trim());
+  const column = el => {  // the content box of the text column that holds el
+    const col = el.closest(".bd-article") || el.closest("main") || document.body;
+    const r = col.getBoundingClientRect(), s = getComputedStyle(col);
+    return {left: r.left + parseFloat(s.borderLeftWidth) + parseFloat(s.paddingLeft),
+            right: r.right - parseFloat(s.borderRightWidth) - parseFloat(s.paddingRight), el: col};
+  };
+  const px = v => Math.round(v);
   for (const table of document.querySelectorAll("article table, main table")) {
-    if (table.closest("mjx-container")) continue;
-    const cell = table.querySelector("tbody td, tbody th, td, th");
-    if (!cell) continue;
-    const style = getComputedStyle(cell);
+    if (table.closest("mjx-container") || !table.getClientRects().length) continue;
+    const name = table.id || (table.closest("[id]") || {}).id || short(table.textContent).slice(0, 60);
     const tableStyle = getComputedStyle(table);
-    const spacing = tableStyle.borderCollapse === "separate" ? 2 * parseFloat(tableStyle.borderSpacing || "0") : 0;
-    const gap = parseFloat(style.paddingLeft) + parseFloat(style.paddingRight) + spacing;
-    if (gap < 6) out.crampedTables.push(short(table.textContent).slice(0, 80));
+    const spacing = tableStyle.borderCollapse === "separate"
+      ? parseFloat((tableStyle.borderSpacing || "0").split(" ")[0]) : 0;
+    let worst = null;
+    for (const row of table.rows) {
+      if (!row.getClientRects().length) continue;  // a row the claims filter hides
+      const cells = [...row.cells];
+      for (let i = 0; i + 1 < cells.length; i++) {
+        const a = cells[i], b = cells[i + 1];
+        const ta = a.textContent.trim(), tb = b.textContent.trim();
+        if (!ta || !tb) continue;
+        const boxA = textBox(a), boxB = textBox(b);
+        if (!boxA || !boxB) continue;
+        const gap = boxB.left - boxA.right;
+        const padding = parseFloat(getComputedStyle(a).paddingRight) + parseFloat(getComputedStyle(b).paddingLeft);
+        const bad = gap < MIN_GAP || (numeric(ta) && numeric(tb) && padding + spacing < MIN_GAP);
+        if (bad && (worst === null || gap < worst.gap)) worst = {gap, padding: padding + spacing, a: ta, b: tb};
+      }
+    }
+    for (const cell of table.querySelectorAll("td, th")) {  // a formula that runs out of its cell
+      if (!cell.getClientRects().length) continue;
+      const r = cell.getBoundingClientRect(), s = getComputedStyle(cell);
+      const right = r.right - parseFloat(s.paddingRight) + 1;
+      const math = [...cell.querySelectorAll("mjx-container")].find(m => m.getBoundingClientRect().right > right);
+      if (math) {
+        out.wideTables.push(`${name}: a formula ${px(math.getBoundingClientRect().width)} px wide runs out of its ` +
+                            `${px(r.width)} px cell: ${short(cell.textContent).slice(0, 60)}`);
+        break;
+      }
+    }
+    if (worst) out.crampedTables.push(`${name}: '${worst.a.slice(0, 30)}' | '${worst.b.slice(0, 30)}' ` +
+                                      `${px(worst.gap)} px apart, padding ${px(worst.padding)} px`);
+    // Width: the table, or the scroll wrapper it sits in (inside the column), must lie inside the column.
+    const col = column(table);
+    let wrapper = null;
+    for (let el = table.parentElement; el && el !== col.el && el !== document.body; el = el.parentElement) {
+      if (["auto", "scroll", "hidden"].includes(getComputedStyle(el).overflowX)) { wrapper = el; break; }
+    }
+    const box = (wrapper || table).getBoundingClientRect();
+    const tableWidth = table.getBoundingClientRect().width;
+    if (box.left < col.left - 1 || box.right > col.right + 1) {
+      out.wideTables.push(`${name}: ${px(box.width)} px wide from x = ${px(box.left)}, past the text column ` +
+                          `(x = ${px(col.left)} to ${px(col.right)})`);
+    } else if (wrapper && tableWidth > wrapper.clientWidth + 1 && FIT_COLUMN.some(sel => table.matches(sel))) {
+      out.wideTables.push(`${name}: ${px(tableWidth)} px wide in a ${px(wrapper.clientWidth)} px column; it must fit ` +
+                          "without scrolling sideways");
+    }
   }
   return out;
 })()
-"""
+""".replace("__MIN_GAP__", str(MIN_GAP_PX)).replace("__FIT_COLUMN__", json.dumps(FIT_COLUMN))
 
 
 class Chromium:
@@ -299,7 +378,8 @@ def check_page(browser: Chromium, url: str, name: str, screenshot: Path | None =
             labels = {"rawTex": "raw TeX left in the text", "untypeset": "math not typeset",
                       "mathErrors": "TeX error", "images": "image not loaded", "glue": "glued value missing",
                       "brokenRefs": "broken cross-reference", "questionMarks": "'??' in the text",
-                      "crampedTables": "table without space between columns"}
+                      "crampedTables": "table without space between columns",
+                      "wideTables": "table too wide"}
             for key, label in labels.items():
                 for item in seen[key]:
                     report.problems.append(f"{label}: {item}")

@@ -1,4 +1,4 @@
-"""The claims ledger ``book/claims.yml``: the source documents, the chapter plan, and every checkable claim.
+r"""The claims ledger ``book/claims.yml``: the source documents, the chapter plan, and every checkable claim.
 
     ledger = load_ledger("book/claims.yml")   # {"sources": {...}, "chapters": [...], "claims": [...]}
     validate_ledger(ledger, root=".")          # raises ValueError naming the claim and the problem
@@ -6,6 +6,11 @@
 
 A claim starts ``pending`` with ``chapter: null``; once a chapter holds the evidence its status changes and
 ``chapter`` names that file. A claim's id starts with the key of its source (``B-``, ``P-``).
+
+``claim`` is the sentence in plain text (ASCII notation: ``||W||_2``, ``W^T W``); a claim with mathematics in
+it also has ``tex``, the same sentence, the same words, with its mathematics as inline TeX (``$\|W\|_2$``,
+``$W^\top W$``). ``show_claim`` and the claims page show ``tex`` where there is one. It is presentation only:
+no check reads it, and a criterion's lock (``criterion_sha``) does not cover it.
 """
 
 from __future__ import annotations
@@ -16,9 +21,9 @@ from pathlib import Path
 import yaml
 
 __all__ = ["FIELDS", "KINDS", "STATUSES", "load_ledger", "validate_ledger", "status_counts", "source_of",
-           "criterion_sha", "decide", "check_criteria_lock", "lock_criteria", "LOCK"]
+           "criterion_sha", "decide", "check_criteria_lock", "lock_criteria", "LOCK", "tex_problem"]
 
-FIELDS = ("id", "section", "claim", "kind", "status", "chapter", "planned_chapter", "note", "criterion",
+FIELDS = ("id", "section", "claim", "tex", "kind", "status", "chapter", "planned_chapter", "note", "criterion",
           "criterion_history")
 REQUIRED = ("id", "section", "claim", "kind", "status", "chapter", "planned_chapter")
 KINDS = ("symbolic", "numeric", "experiment")
@@ -73,6 +78,8 @@ def _check_one(claim: object, index: int, ledger: dict, root: Path) -> str:
     for field in ("id", "section", "claim"):
         if not isinstance(claim[field], str) or not claim[field].strip():
             raise ValueError(f"claim {name}: field '{field}' must be a non-empty string")
+    if "tex" in claim:
+        _check_tex(claim["tex"], name)
     prefix = name.split("-", 1)[0]
     if prefix not in ledger["sources"]:
         raise ValueError(f"claim {name}: an id starts with the key of its source, one of "
@@ -97,6 +104,27 @@ def _check_one(claim: object, index: int, ledger: dict, root: Path) -> str:
         raise ValueError(f"claim {name}: chapter {chapter!r} does not exist under {root}; write it or fix the path")
     _check_criterion(claim, name)
     return name
+
+
+def tex_problem(text: object) -> str | None:
+    """What is wrong with a ``tex`` field (None when nothing is): a non-empty string whose ``$`` come in pairs,
+    each pair a non-empty inline formula, with no display math ``$$`` (every ``$`` delimits math: the ledger's
+    sentences name no sums of money)."""
+    if not isinstance(text, str) or not text.strip():
+        return "must be a non-empty string (leave the field out when the claim has no mathematics)"
+    if "$$" in text:
+        return "holds '$$': a claim's sentence takes inline math only ($...$)"
+    if text.count("$") % 2:
+        return f"has an odd number of '$' ({text.count('$')}): every $ that opens math needs one that closes it"
+    if any(not part.strip() for part in text.split("$")[1::2]):
+        return "holds an empty formula ('$ $')"
+    return None
+
+
+def _check_tex(text: object, name: str) -> None:
+    problem = tex_problem(text)
+    if problem:
+        raise ValueError(f"claim {name}: tex {problem}")
 
 
 def _check_criterion(claim: dict, name: str) -> None:

@@ -1,4 +1,4 @@
-"""The training grids behind chapters 10-14 (the paper "Demystifying Manifold Constraints"), and what the
+"""The training grids behind chapters 10-13 (the paper "Demystifying Manifold Constraints"), and what the
 chapters read from them.
 
 A run notebook (``runs/nf_sweep.md``, ``runs/nf_gains.md``, ``runs/sphere_benchmark.md``,

@@ -1,8 +1,9 @@
 """How a chapter quotes a claim and states its verdict, kept consistent with ``book/claims.yml``.
 
-``show_claim(id)`` renders the ledger's sentence for a claim as a quotation; ``show_verdict(id, verdict,
-reason)`` renders the verdict a chapter computed as an admonition and fails if the ledger records another
-status, so the ledger and the chapters cannot drift apart (nbval re-executes every chapter in `make test`).
+``show_claim(id)`` renders the ledger's sentence for a claim as a quotation (its ``tex`` version, the same
+words with the mathematics typeset, where the ledger has one); ``show_verdict(id, verdict, reason)`` renders
+the verdict a chapter computed as an admonition and fails if the ledger records another status, so the
+ledger and the chapters cannot drift apart (nbval re-executes every chapter in `make test`).
 
 Both render MyST markdown, and the text they are given is prose, not markup: everything is shown as
 written (``||J||_F``, ``z_(2)``, ``a * b`` keep their underscores and stars) except four kinds of markup
@@ -25,7 +26,8 @@ import re
 from .claims import STATUSES, decide, load_ledger, source_of
 from .pipeline import repo_root
 
-__all__ = ["claim", "show_claim", "show_verdict", "escape_prose", "verdict_anchor", "verdict_markdown"]
+__all__ = ["claim", "claim_markdown", "show_claim", "show_verdict", "escape_prose", "verdict_anchor",
+           "verdict_markdown"]
 
 # What passes through unescaped: display math, inline math, a MyST role with its argument, a code span.
 _MARKUP = re.compile(r"\$\$.+?\$\$|\$[^$\n]+?\$|\{[a-zA-Z][\w:-]*\}`[^`]+`|`[^`]+`", re.DOTALL)
@@ -100,14 +102,20 @@ def _markdown(text: str):
     display(Markdown(text))
 
 
+def claim_markdown(c: dict, source_kind: str) -> str:
+    """The quotation ``show_claim`` displays: the ledger's ``tex`` sentence where there is one (its ``$...$``
+    typeset), else its plain ``claim``; either shown as written otherwise (see the module doc)."""
+    text = c.get("tex") or c["claim"]
+    return f"> **Claim {c['id']}** ({source_kind}, *{escape_prose(c['section'])}*): {escape_prose(text)}"
+
+
 def show_claim(claim_id: str) -> None:
-    """Render the ledger's sentence for ``claim_id`` as a quotation (shown as written: see the module doc)."""
+    """Render the ledger's sentence for ``claim_id`` as a quotation (``claim_markdown``)."""
     ledger = _ledger()
     c = next((c for c in ledger["claims"] if c["id"] == claim_id), None)
     if c is None:
         raise KeyError(f"no claim {claim_id!r} in book/claims.yml; add it there first")
-    _markdown(f"> **Claim {c['id']}** ({source_of(c, ledger)['kind']}, *{escape_prose(c['section'])}*): "
-              f"{escape_prose(c['claim'])}")
+    _markdown(claim_markdown(c, source_of(c, ledger)["kind"]))
 
 
 def show_verdict(claim_id: str, verdict: str | None = None, reason: str = "", evidence: dict | None = None) -> None:

@@ -420,7 +420,7 @@ def admm_gram(pic: GramPicture, Lambda, U, rho, steps, relax=1.0):
         U      = rho (Z+ - X)
         Lambda = argmin ||G + 2 W Lambda - X + U/rho ... ||: the least-squares multiplier of X - G - U/rho.
     ``relax`` in (0, 2) is Eckstein and Bertsekas' over-relaxation (Boyd et al. 2011, section 3.4.3): every
-    value converges, 1 is plain ADMM; chapter 03 measures how many fewer iterations 1.8 needs to a given
+    value converges, 1 is plain ADMM; chapter 04 measures how many fewer iterations 1.8 needs to a given
     certificate on momenta with a realistic spectrum. The first iteration of a call is plain (X_prev is
     not carried between calls), so a call of k iterations relaxes k - 1 of them."""
     _check_relax(relax, "admm_gram")
@@ -467,7 +467,7 @@ def gram_solve(W, G, P, steps=16, tol=1e-3, rho=None, warm=None, check_every=4, 
     The warm start is certified first (on a square W the cold one, exact on square Stiefel) and the other
     only where the first is not within ``tol``. Where the gradient changes slowly (a fixed one, say) the
     warm start is within it and the whole solve is one certificate (one eigh, one eigvalsh); in training
-    it mostly is not, and the solve iterates (chapter 03). Checks the certificate before iterating and
+    it mostly is not, and the solve iterates (chapter 04). Checks the certificate before iterating and
     every ``check_every`` iterations; a matrix whose relative duality gap is <= ``tol`` stops there (its
     state is frozen, so a batch gives each matrix what it would get alone); at most ``steps`` iterations.
     Returns the best certified feasible direction of each matrix. A matrix still above ``tol`` at the cap
@@ -475,7 +475,7 @@ def gram_solve(W, G, P, steps=16, tol=1e-3, rho=None, warm=None, check_every=4, 
     (``feasible``; one eigh a round), kept where it certifies a smaller gap. Why: on momenta with a
     training-like spectrum the bound converges much faster than the primal candidates, so at the cap the
     certified gap is mostly the candidates' shortfall, which a few rounds cut for about the cost of as many
-    ADMM iterations (chapter 03 measures both).
+    ADMM iterations (chapter 04 measures both).
 
     Proven: the returned A is tangent (to rounding) with ||A||_op <= 1, and (OPT - <G, A>) / OPT <= gap.
     On a square Stiefel point the cold start is already optimal (Z = W skew(W^T G), msign keeps it
@@ -543,7 +543,7 @@ def lean_solve(W, G, P, warm=None, steps=1, rho=None, relax=1.8, normalize=True,
     the n x n work is in float64) where ``diagonal`` says that W^T W is diagonal on this manifold (Stiefel,
     DGram: no test on the host), in float64 elsewhere. Why a few iterations suffice: consecutive momenta are close (Muon's momentum
     0.95), so the optimal multiplier moves little between steps and the iterations of successive steps add
-    up (chapter 03 measures the error against a certified reference along a stream). Returns a
+    up (chapter 04 measures the error against a certified reference along a stream). Returns a
     ``GramSolve`` whose gap is a certificate (an upper bound on A's relative sub-optimality), as a tensor."""
     _check_relax(relax, "lean_solve")
     if W.dtype not in (torch.float32, torch.float64):

@@ -12,7 +12,7 @@ Inner solvers (``inner``):
   iterations, one certificate, and ``lean_retract`` (no eigendecomposition: Stiefel and DGram by a series,
   Oblique exact). Fixed work per matrix and no host synchronisation; the certified gap is
   recorded, not enforced (on training-like momenta it is about 0.1-0.3: the measured accuracy-cost table
-  is the benchmark ``solver_table`` and chapter 03). Not the default: at the cpu preset it trains measurably
+  is the benchmark ``solver_table`` and chapter 04). Not the default: at the cpu preset it trains measurably
   worse than ``"gram_admm"`` (chapter 05, run ``solver_training``).
 * ``"exact"``: ``inner_solvers.exact_solve``: ``inner_steps`` (16) warm-started ADMM iterations, then damped
   Newton-CG on the dual (quadratic near the optimum), then more ADMM where neither certified, until the

@@ -6,11 +6,11 @@ condition is a named assignment of ``manifold_muon.assignments`` with every opti
 defaults (ManifoldMuon: the certified Gram-space solve, warm-started, at most 16 ADMM iterations, stop at a
 relative duality gap of 1e-3; sphere optimizers: Newton-Schulz msign, SSO/FSO at most 10 bisection steps),
 weights put on their manifolds first. Gradients are training-like by default: a fresh one each step, with
-singular values falling like i^-1.3 (the decay of the momenta recorded from training, chapter 03) and random
+singular values falling like i^-1.3 (the decay of the momenta recorded from training, chapter 04) and random
 singular vectors, smoothed by each optimizer's own momentum. (With one fixed Gaussian gradient, the
 variants marked "fixed G", the previous step's multipliers are certified at once and a Manifold Muon step
 does no iteration; in training it does not go that way: most non-square solves run to the iteration cap
-(chapter 03 trains the smoke model and reads its update records). The fixed-gradient regime alone would
+(chapter 04 trains the smoke model and reads its update records). The fixed-gradient regime alone would
 understate the cost.)
 Time is the fastest of ``repeats`` steps after one warm-up step (so the warm start has a previous solve to
 start from); the timed step's ADMM iterations and certified gaps are recorded with it.
