@@ -317,3 +317,15 @@ def test_common_val_loss_evaluates_final_weights_on_batches_shared_by_seeds(tmp_
     assert la != lb                                                            # the weights differ
     assert la != common_val_loss(a.out_dir, batches=2, seed=7)                 # another draw of batches
     assert math.isnan(common_val_loss(tmp_path / "nothing"))                   # no finished weights: NaN
+
+
+def test_common_val_loss_of_a_big_batch_is_evaluated_in_chunks(tmp_path, monkeypatch):
+    """A paper preset's global batch (1024 sequences) is not one forward pass: the evaluation splits it into equal
+    chunks of at most the micro-batch and EVAL_CHUNK sequences, and their mean is the whole batch's loss."""
+    import manifold_muon_lab.evaluate as E
+
+    a = tiny(tmp_path / "a", seed=1, checkpoint_every=3)
+    assert T.train(a, progress=False)["status"] == "completed"
+    whole = E.common_val_loss(a.out_dir, batches=2, batch_size=12)
+    monkeypatch.setattr(E, "EVAL_CHUNK", 5)   # 12 sequences in chunks of 4 (the largest divisor of 12 up to 5)
+    assert E.common_val_loss(a.out_dir, batches=2, batch_size=12) == pytest.approx(whole, rel=1e-5)

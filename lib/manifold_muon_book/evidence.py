@@ -44,7 +44,8 @@ class NoisyMuon(Muon):
     def direction(self, W, G, group, states):
         U, _, Vh = torch.linalg.svd(G.double(), full_matrices=False)
         eps = group["msign_noise"]
-        u = (2 * torch.rand(U.shape[:-2] + U.shape[-1:], generator=self._noise, dtype=torch.float64) - 1) * eps
+        # drawn on the CPU generator whatever the device (the same noise on a GPU box as here), then moved
+        u = (2 * torch.rand(U.shape[:-2] + U.shape[-1:], generator=self._noise, dtype=torch.float64) - 1).to(U.device) * eps
         return ((U * (1 + u).unsqueeze(-2)) @ Vh).to(G.dtype)
 
 

@@ -164,8 +164,9 @@ def grid_notebook(name: str, scale: str, out_dir=None, workers: int = 1, inputs_
 
 
 def common_val_loss(run_dir, batches: int = 32) -> float:
-    """The grid's common evaluation: ``manifold_muon_lab.evaluate.common_val_loss`` on 32 batches, on the CPU."""
-    return _common_val_loss(run_dir, batches=batches, device="cpu")
+    """The grid's common evaluation: ``manifold_muon_lab.evaluate.common_val_loss`` on 32 batches, on the run's
+    device (a GPU where there is one: on the CPU a paper preset's evaluation would take hours)."""
+    return _common_val_loss(run_dir, batches=batches)
 
 
 def final_weight_norms(run_dir) -> dict:

@@ -41,8 +41,18 @@ def common_val_loss(run_dir, batches: int = 16, batch_size: int | None = None, s
     model.load_state_dict(ckpt["model"])
     model.eval()
     g = torch.Generator().manual_seed(seed)
+    size = batch_size or cfg.batch_size
+    # evaluated in equal chunks of at most the run's micro-batch (and EVAL_CHUNK sequences): a paper preset's
+    # global batch of 1024 sequences would not fit one device's memory at once; the loss is their mean
+    micro = max(1, min(size // max(1, cfg.gradient_accumulation_steps), EVAL_CHUNK))
+    while size % micro:
+        micro -= 1
     total = 0.0
-    for _ in range(batches):
-        X, Y = data.batch("val", batch_size or cfg.batch_size, g)
-        total += model(X, Y)[1].item()
+    with torch.no_grad():
+        for _ in range(batches):
+            X, Y = data.batch("val", size, g)
+            total += sum(model(X[i:i + micro], Y[i:i + micro])[1] for i in range(0, size, micro)).item() * micro / size
     return total / batches
+
+
+EVAL_CHUNK = 64  # sequences per forward pass of ``common_val_loss`` at most
