@@ -8,7 +8,7 @@ SCALE ?= cpu
 export PATH := $(CURDIR)/$(BIN):$(PATH)
 export PYTHONHASHSEED := 0
 
-.PHONY: help install book html chapters runs reproduce test test-wheel test-pages-native test-pages-portable test-browser test-workflow browser bench clean
+.PHONY: help install book html chapters runs reproduce gpu-dry test test-wheel test-pages-native test-pages-portable test-browser test-workflow browser bench clean
 
 help:  ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed -E 's/:.*## /\t/'
@@ -51,6 +51,9 @@ reproduce: install  ## re-execute every run notebook at SCALE (default cpu), the
 	$(PY) -m manifold_muon_book.pipeline runs --scale $(SCALE) --force $(if $(ALLOW_CPU),--allow-cpu)
 	$(MAKE) book SCALE=$(SCALE)
 
+gpu-dry: install  ## every run notebook's GPU path (bf16 autocast, torch.compile, micro-batches) on the CPU, a few steps (runs/_smoke/)
+	$(PY) -m manifold_muon_book.pipeline runs --scale gpu-dry
+
 # nbval re-executes every page and compares its outputs with the stored ones (figures: checked to exist).
 # The executed pages (a failed execution leaves chapters/*.failed.ipynb for reading; it is not a page)
 PAGES = $(filter-out %.failed.ipynb,$(wildcard chapters/*.ipynb)) book/claims.ipynb
@@ -60,11 +63,12 @@ NBVAL = $(PY) -m pytest --nbval $(PAGES) -p manifold_muon_book.nbval_figures \
 # other code paths, as another CPU would. The stored outputs must pass under both.
 PORTABLE_ENV = MKL_CBWR=COMPATIBLE ATEN_CPU_CAPABILITY=default
 
-test: install browser  ## lib tests, the wheel, nbval on the pages (two numerics personalities), smoke runs, quick benchmarks, the book in a browser
+test: install browser  ## lib tests, the wheel, nbval on the pages (two numerics personalities), smoke and gpu-dry runs, quick benchmarks, the book in a browser
 	$(PY) -m pytest tests
 	$(MAKE) --no-print-directory test-wheel
 	$(MAKE) --no-print-directory -j2 --output-sync=target test-pages-native test-pages-portable
 	$(PY) -m manifold_muon_book.pipeline smoke
+	$(MAKE) --no-print-directory gpu-dry
 	$(PY) -m manifold_muon_book.bench --quick --out runs/_smoke/bench
 	$(MAKE) --no-print-directory test-workflow test-browser
 

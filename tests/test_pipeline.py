@@ -255,3 +255,18 @@ def test_a_notebook_s_output_is_forwarded_and_the_kernel_uses_local_sockets(tmp_
     err = capfd.readouterr().err
     assert "[train] step 1/2" in err and "[train] step 2/2" in err
     assert "without encryption" not in err and "Executing Cell" not in err
+
+
+def test_runs_share_no_gpu_unless_told(monkeypatch):
+    """On a GPU box the default is one training run at a time (they would all land on the first GPU); on a CPU
+    machine one per core."""
+    import os
+
+    import torch
+
+    from manifold_muon_book.pipeline import default_workers
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    assert default_workers() == 1
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    assert default_workers() == (os.cpu_count() or 1)

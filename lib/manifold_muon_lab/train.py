@@ -7,7 +7,7 @@
     results = sweep([cfg_a, cfg_b, cfg_c], workers=2)    # independent runs, two processes at a time
 
     python -m manifold_muon_lab.train --preset cpu --assignment hetero [--set key=value ...]
-    torchrun --nproc_per_node 2 -m manifold_muon_lab.train --preset cpu-tiny     # data parallel
+    python -m manifold_muon_lab.launch --nproc_per_node 2 -m manifold_muon_lab.train --preset cpu-tiny  # torchrun
 
 ``train`` = ``preflight`` (every check, once, before any work) + the out_dir lock and the signal handlers +
 ``Trainer`` (``setup``, ``step``, ``evaluate``, ``save``; ``run`` is the loop). Benchmarks and probes build a
@@ -27,19 +27,46 @@ the estimate against what the OS says is available). What the user can fix raise
 checkpoint or out_dir problem; not a ``RuntimeError``) or ``ValueError``; anything else is a bug. On SIGINT
 (Ctrl-C) or SIGTERM the run stops at the next step boundary, writes a checkpoint there and ``status.json``
 "interrupted at step N", and ``train`` raises ``Interrupted`` (the command line exits 130 or 143); a second
-signal stops it at once. The command line prints every error as one sentence (exit code 2) and the traceback
-only with ``--debug``.
+signal stops it at once (``Interrupted`` again, ``at_once``: the last checkpoint written stays the one to
+resume from), except while a checkpoint is being written: that write completes first and the run stops
+there. The command line prints every error as one sentence (exit code 2) and the traceback only with
+``--debug``; a signal while it starts (imports, checks) ends it with one sentence and 130/143, nothing written.
+
+Under ``torchrun`` (better: ``python -m manifold_muon_lab.launch``, which turns the launcher's own failures
+and signals into one sentence and the run's exit code) the ranks check the config together
+(``distributed.agree``): a bad config, a busy out_dir or a failed setup is reported once, by the lowest rank
+that failed, and every rank exits with the same code; an interrupted run is reported by rank 0.
 """
 
 from __future__ import annotations
+
+import os
+import signal
+import sys
+
+_PROG = "python -m manifold_muon_lab.train"
+# What a signal means before the run's own handler (``_StopOnSignal``) is in place: while the command starts
+# (imports, parsing, the checks) nothing has been written; once the run has ended, its own message is out.
+_AT_ONCE = {"note": "while starting: stopped before any work, nothing was written", "code": None}
+
+
+def _exit_at_once(signum, frame):
+    """SIGINT/SIGTERM outside the training loop of the command line: one sentence (rank 0 only, before the run
+    started; none after it ended, which said how) and exit 128 + signum, never a KeyboardInterrupt traceback."""
+    if _AT_ONCE["note"] and int(os.environ.get("RANK", "0")) == 0:
+        os.write(2, f"{_PROG}: {signal.Signals(signum).name} {_AT_ONCE['note']}\n".encode())
+    os._exit(_AT_ONCE["code"] or 128 + signum)
+
+
+if __name__ == "__main__":  # from here on (torch's import takes seconds) a signal is one sentence, not a traceback
+    for _sig in (signal.SIGINT, signal.SIGTERM):
+        if signal.getsignal(_sig) is not signal.SIG_IGN:
+            signal.signal(_sig, _exit_at_once)
 
 import argparse
 import contextlib
 import json
 import math
-import os
-import signal
-import sys
 import threading
 import time
 from pathlib import Path
@@ -84,22 +111,26 @@ class WarmupCosine:
 
 class Interrupted(KeyboardInterrupt):
     """Raised by ``train`` (and ``sweep``) after SIGINT or SIGTERM stopped a run at a step boundary, with a
-    checkpoint written there: run the same config again to resume. ``exit_code`` is 130 or 143."""
+    checkpoint written there: run the same config again to resume. ``exit_code`` is 130 or 143 (the first
+    signal's). ``at_once``: a second signal stopped it mid-step; the last checkpoint written resumes it."""
 
-    def __init__(self, signum: int, message: str, summary: dict | None = None, results: list | None = None):
+    def __init__(self, signum: int, message: str, summary: dict | None = None, results: list | None = None,
+                 at_once: bool = False):
         super().__init__(message)
-        self.signum, self.summary, self.results = signum, summary, results
+        self.signum, self.summary, self.results, self.at_once = signum, summary, results, at_once
         self.exit_code = 128 + signum
 
 
 class _StopOnSignal:
     """While active, SIGINT and SIGTERM only set ``signum`` (the loop stops at the next step boundary); a
-    second signal restores the previous handler and delivers itself, stopping the process at once. A signal
-    the process ignores (SIG_IGN, as a background job ignores SIGINT) stays ignored. Outside the main
-    thread nothing is installed (Python allows handlers only there)."""
+    second signal (``again``) raises ``Interrupted(at_once=True)`` where the process is, except inside
+    ``deferred()`` (a checkpoint being written): there it waits for the write to complete (a third signal
+    does not wait: the write is atomic, the previous checkpoint stays). A signal the process ignores (SIG_IGN,
+    as a background job ignores SIGINT) stays ignored. Outside the main thread nothing is installed (Python
+    allows handlers only there). ``where``: what the at-once message names (the out_dir)."""
 
-    def __init__(self):
-        self.signum, self._old = None, {}
+    def __init__(self, where: str = "the run"):
+        self.signum, self.again, self.where, self._old, self._defer, self._count = None, None, where, {}, 0, 0
 
     def __enter__(self):
         if threading.current_thread() is threading.main_thread():
@@ -109,21 +140,36 @@ class _StopOnSignal:
         return self
 
     def _handle(self, signum, frame):
+        self._count += 1
         if self.signum is None:
             self.signum = signum
             return
-        old = self._old.pop(signum, signal.SIG_DFL)
-        signal.signal(signum, old)
-        if callable(old):
-            old(signum, frame)
-        else:
-            os.kill(os.getpid(), signum)
+        self.again = self.again or signum
+        if self._defer and self._count == 2:  # a checkpoint being written: it completes, then the run stops
+            return
+        raise Interrupted(self.signum, f"{signal.Signals(signum).name} again: {self.where} stopped at once; the "
+                          "checkpoint it holds, if any, is intact: run the same command again", at_once=True)
+
+    @contextlib.contextmanager
+    def deferred(self):
+        """A second signal inside waits until the block is done (see the class)."""
+        self._defer += 1
+        try:
+            yield
+        finally:
+            self._defer -= 1
 
     def __exit__(self, *exc):
         for sig, old in self._old.items():
             signal.signal(sig, old)
+            if old is _exit_at_once:  # the command line, after the run: its own message says how it ended
+                _AT_ONCE.update(note=None, code=128 + self.signum if self.signum else None)
         self._old = {}
         return False
+
+
+def _deferring(signals: "_StopOnSignal | None"):
+    return signals.deferred() if signals is not None else contextlib.nullcontext()
 
 
 def _device(cfg: TrainConfig, local_rank: int) -> str:
@@ -199,25 +245,38 @@ def train(cfg: TrainConfig | dict, resume: bool = True, progress: bool = True, *
     t_start = time.perf_counter()
     cfg = TrainConfig.from_dict(cfg) if isinstance(cfg, dict) else cfg
     rank, local_rank, world = distributed.setup()
-    device = _device(cfg, local_rank)
-    preflight(cfg, world, device, prepare_data, memory_check, optimizers=optimizers)
-    return _train_checked(cfg, resume, progress, prepare_data, optimizers, rank, world, device, t_start)
+
+    def checks() -> str:
+        device = _device(cfg, local_rank)
+        preflight(cfg, world, device, prepare_data, memory_check, optimizers=optimizers)
+        return device
+
+    # every rank checks; a failure on any is reported once and ends every rank (distributed.agree)
+    device = distributed.agree(checks, rank, world, code_of=exit_code_of)
+    with contextlib.ExitStack() as stack:
+        distributed.agree(lambda: rank == 0 and _lock_out_dir(Path(cfg.out_dir), stack), rank, world,
+                          code_of=exit_code_of)
+        return _train_checked(cfg, resume, progress, prepare_data, optimizers, rank, world, device, t_start,
+                              locked=True)
+
+
+def _lock_out_dir(out_dir: Path, stack: contextlib.ExitStack) -> None:
+    try:
+        out_dir.mkdir(parents=True, exist_ok=True)
+        stack.enter_context(OutDirLock(out_dir))
+    except OSError as e:
+        raise RunError(f"cannot write in out_dir {out_dir} ({e.strerror or e}); give a writable --out-dir") from None
 
 
 def _train_checked(cfg: TrainConfig, resume: bool, progress: bool, prepare_data: bool | None,
                    optimizers: dict | None, rank: int = 0, world: int = 1, device: str = "cpu",
-                   t_start: float | None = None) -> dict:
-    """``train`` after its ``preflight`` (the sweep runs that once per config, in the parent process)."""
+                   t_start: float | None = None, locked: bool = False) -> dict:
+    """``train`` after its ``preflight`` (the sweep runs that once per config, in the parent process);
+    ``locked``: the out_dir lock is held already (``train`` takes it)."""
     with contextlib.ExitStack() as stack:
-        if rank == 0:
-            out_dir = Path(cfg.out_dir)
-            try:
-                out_dir.mkdir(parents=True, exist_ok=True)
-                stack.enter_context(OutDirLock(out_dir))
-            except OSError as e:
-                raise RunError(f"cannot write in out_dir {out_dir} ({e.strerror or e}); give a writable --out-dir") \
-                    from None
-        signals = stack.enter_context(_StopOnSignal())
+        if rank == 0 and not locked:
+            _lock_out_dir(Path(cfg.out_dir), stack)
+        signals = stack.enter_context(_StopOnSignal(str(cfg.out_dir)))
         trainer = Trainer(cfg, device=device, rank=rank, world=world, optimizers=optimizers, t_start=t_start)
         return trainer.setup(resume=resume, prepare_data=prepare_data, progress=progress).run(signals=signals, progress=progress)
 
@@ -282,12 +341,19 @@ class Trainer:
         self.signals, self.status, self.last_loss, self.last_eval = None, "completed", float("nan"), {}
 
     def setup(self, resume: bool = True, prepare_data: bool | None = None, progress: bool = True) -> "Trainer":
-        """Build everything a step needs; resume where a checkpoint of this config left off, or start fresh."""
+        """Build everything a step needs; resume where a checkpoint of this config left off, or start fresh.
+        Under torchrun the ranks end it together (``distributed.agree``: one failing rank fails them all)."""
+        distributed.agree(lambda: self._setup(resume, prepare_data, progress), self.rank, self.world,
+                          "while setting up", code_of=exit_code_of)
+        return self
+
+    def _setup(self, resume: bool, prepare_data: bool | None, progress: bool) -> None:
         cfg, device = self.cfg, self.device
         if cfg.threads:
             torch.set_num_threads(cfg.threads)
-        bf16 = self.cuda and cfg.dtype == "bfloat16"
-        self.ctx = torch.autocast("cuda", dtype=torch.bfloat16) if bf16 else contextlib.nullcontext()
+        # bfloat16: autocast on the run's device (CUDA; on the CPU too, as the gpu-dry presets run the GPU path)
+        bf16 = cfg.dtype == "bfloat16"
+        self.ctx = torch.autocast(torch.device(device).type, dtype=torch.bfloat16) if bf16 else contextlib.nullcontext()
         prepare = prepare_data if prepare_data is not None else cfg.data_dir is None
         self.data = Batches(cfg.data, cfg.block_size, device, cfg.data_dir, cfg.vocab_size, prepare=prepare,
                             progress=progress)
@@ -311,12 +377,13 @@ class Trainer:
         self.stop_flag = torch.zeros((), device=device)  # > 0 on every rank once any rank was signalled
 
         self.ckpt = Checkpointer(self.out_dir, cfg, self.rank, self.world)
-        self.start, self.done, metrics_bytes, self.earlier_s = 0, False, 0, 0.0
+        self.start, self.done, metrics_bytes, self.earlier_s, self.saved_step = 0, False, 0, 0.0, None
         if resume and self.ckpt.exists():
             saved = self.ckpt.read()
             self.ckpt.restore(saved, self.model, self.optimizers, self.schedulers, self.gen, self.cuda)
             self.start, self.done, metrics_bytes = saved["step"], saved.get("done", False), saved["metrics_bytes"]
             self.earlier_s = saved.get("wall_time_s", 0.0)  # the seconds of the sessions before this one
+            self.saved_step = self.start  # the checkpoint a run stopped at once resumes from
         self.next_step = self.start
         self.rec = Recorder(self.out_dir, cfg, self.model, self.optimizers, self.data, main=self.main)
         if self.main:
@@ -329,9 +396,6 @@ class Trainer:
                 self.rec.open(metrics_bytes)
             except RuntimeError as e:  # metrics.jsonl shorter than the checkpoint says: the user's to fix
                 raise RunError(str(e)) from None
-        if self.world > 1:
-            dist.barrier()
-        return self
 
     def step(self, measure_update: bool = False) -> dict:
         """Step ``next_step``: forward-backward over this rank's micro-batches, gradients averaged over ranks,
@@ -396,9 +460,11 @@ class Trainer:
         return self.last_eval
 
     def save(self, step: int, finished: bool) -> None:
-        """A checkpoint to continue after ``step`` steps (every rank takes part)."""
-        self.ckpt.save(step, finished, self.model, self.optimizers, self.schedulers, self.gen, self.rec.tell(),
-                       self.cuda, wall_time_s=self.wall())
+        """A checkpoint to continue after ``step`` steps (every rank takes part); a second signal waits for it."""
+        with _deferring(self.signals):
+            self.ckpt.save(step, finished, self.model, self.optimizers, self.schedulers, self.gen, self.rec.tell(),
+                           self.cuda, wall_time_s=self.wall())
+        self.saved_step = step
 
     def _progress_line(self, done: int, rate_from: tuple) -> str:
         """``[train <run>] step k/N loss x (val y at step j) r steps/s, ETA t``: the validation loss says when it
@@ -441,6 +507,10 @@ class Trainer:
                     break
                 if cfg.checkpoint_every > 0 and (step + 1) % cfg.checkpoint_every == 0 and step + 1 < cfg.max_steps:
                     self.save(step + 1, finished=False)
+                    if self.signals is not None and self.signals.again is not None:  # came during the write
+                        step += 1
+                        self.status = f"interrupted at step {step}"
+                        break
             else:
                 step = cfg.max_steps
                 if not self.done:
@@ -448,13 +518,33 @@ class Trainer:
                         self.evaluate(step, final=True)
                     if cfg.checkpoint_every >= 0:
                         self.save(step, finished=True)
+        except Interrupted as e:  # a second signal, mid-step
+            raise self._stopped_at_once(step, e) from None
         except Exception as e:  # the run had started: its status says how it ended
+            if self.signals is not None and self.signals.again is not None and distributed.is_peer_failure(e):
+                raise self._stopped_at_once(step, e) from None  # the other rank stopped at once first
             if self.main:
                 _write_status(self.out_dir, f"failed: {type(e).__name__}: {e}", step=step, wall_time_s=self.wall())
             raise
         finally:
             self.rec.close()
-        return self._finish(step)
+        with _deferring(self.signals):  # the records of a run that ended: a second signal waits for them
+            return self._finish(step)
+
+    def _stopped_at_once(self, step: int, e: BaseException) -> Interrupted:
+        """The ``Interrupted`` of a run a second signal stopped during ``step`` (its status written)."""
+        first, again = self.signals.signum, signal.Signals(self.signals.again).name
+        resume = (f"its checkpoint of step {self.saved_step} is intact; run the same command again to resume from "
+                  "there" if self.saved_step is not None else "no checkpoint was written; run the same command "
+                  "again to start over")
+        status = f"interrupted during step {step}, stopped at once by a second signal; {resume.split(';')[0]}"
+        summary = {"status": status, "step": step, "last_loss": self.last_loss, "wall_time_s": self.wall(),
+                   "out_dir": str(self.out_dir)}
+        if self.main:
+            with _deferring(self.signals):
+                _write_status(self.out_dir, status, **{k: v for k, v in summary.items() if k != "status"})
+        return Interrupted(first, f"{again} again: {self.out_dir} stopped at once during step {step}; {resume}",
+                           summary=summary, at_once=True)
 
     def close(self) -> None:
         """Close the metrics file (``run`` does so itself; for a Trainer stepped by hand)."""
@@ -524,11 +614,43 @@ def _one_line(e: BaseException) -> str:
 _USER_ERRORS = (RunError, ValueError, TypeError, OSError, ImportError, MemoryError)
 
 
+def exit_code_of(e: BaseException) -> int:
+    """The command line's exit code for an error: 2 for what the user can fix (and out of memory), 1 for a bug."""
+    if isinstance(e, distributed.PeerFailed):
+        return e.exit_code
+    return 2 if isinstance(e, (*_USER_ERRORS, torch.OutOfMemoryError)) else 1
+
+
+def _error_sentence(e: BaseException) -> str:
+    if isinstance(e, torch.OutOfMemoryError):
+        return (f"out of memory on the GPU ({_one_line(e).split('. ')[0]}); lower batch_size or block_size, "
+                "or raise gradient_accumulation_steps")
+    if distributed.is_peer_failure(e):
+        what = _one_line(e).split("] ", 1)[-1].split(". ")[0]  # without gloo's "[.../pair.cc:537] "
+        return (f"another rank is gone, it failed or was killed (its own message, or the launcher's, says why): "
+                f"{type(e).__name__}: {what}")
+    if isinstance(e, _USER_ERRORS):
+        return _one_line(e)
+    return (f"unexpected {type(e).__name__}: {_one_line(e)} (this is a bug or an unhandled case: run again "
+            "with --debug for the traceback and report it)")
+
+
+def _reports(e: BaseException, rank: int) -> bool:
+    """Whether this rank prints ``e``: the rank ``distributed.agree`` chose; rank 0 for a lost peer; else the
+    rank it happened on (an error during the run is one rank's own)."""
+    chosen = distributed.reporter(e)
+    if chosen is not None:
+        return rank == chosen
+    return rank == 0 or not distributed.is_peer_failure(e)
+
+
 def main(argv=None) -> dict:
-    ap = argparse.ArgumentParser(prog="python -m manifold_muon_lab.train", description=__doc__.split("\n\n")[0],
+    rank = int(os.environ.get("RANK", "0"))
+    ap = argparse.ArgumentParser(prog=_PROG, description=__doc__.split("\n\n")[0],
                                  epilog="Errors are one sentence (exit code 2); --debug shows the traceback. "
-                                        "SIGINT/SIGTERM stop at the next step with a checkpoint (exit 130/143); a run that diverges "
-                                        "exits 3.")
+                                        "SIGINT/SIGTERM stop at the next step with a checkpoint (exit 130/143), a second one at "
+                                        "once; a run that diverges exits 3. Several processes: python -m "
+                                        "manifold_muon_lab.launch --nproc_per_node N -m manifold_muon_lab.train ...")
     ap.add_argument("--preset", default="cpu", help="a preset name (a .yml file in --preset-dir) or a .yml path")
     ap.add_argument("--preset-dir", default=str(DEFAULT_PRESET_DIR), help="where preset names are looked up")
     ap.add_argument("--assignment", default=None, help="manifold assignment (overrides the preset's)")
@@ -559,34 +681,30 @@ def main(argv=None) -> dict:
     except (ValueError, TypeError, FileNotFoundError) as e:
         if args.debug:
             raise
-        print(f"{ap.prog}: error: {_one_line(e)}", file=sys.stderr, flush=True)
+        if rank == 0:  # every rank reads the same preset: one says what is wrong
+            print(f"{ap.prog}: error: {_one_line(e)}", file=sys.stderr, flush=True)
         sys.exit(2)
     try:
         summary = train(cfg, resume=not args.no_resume, progress=not args.no_progress,
                         prepare_data=True if args.prepare_data else None, memory_check=not args.no_memory_check)
     except Interrupted as e:
-        print(f"{ap.prog}: {e}", file=sys.stderr, flush=True)
+        if rank == 0:  # the ranks stop at the same step (or each at once): rank 0 says so
+            print(f"{ap.prog}: {e}", file=sys.stderr, flush=True)
         sys.exit(e.exit_code)
     except Exception as e:  # noqa: BLE001 - every error ends in one sentence
         if args.debug:
             raise
-        if isinstance(e, torch.OutOfMemoryError):
-            msg = (f"out of memory on the GPU ({_one_line(e).split('. ')[0]}); lower batch_size or block_size, "
-                   "or raise gradient_accumulation_steps")
-        elif isinstance(e, _USER_ERRORS):
-            msg = _one_line(e)
-        else:
-            msg = (f"unexpected {type(e).__name__}: {_one_line(e)} (this is a bug or an unhandled case: run again "
-                   "with --debug for the traceback and report it)")
-        print(f"{ap.prog}: error: {msg}", file=sys.stderr, flush=True)
-        sys.exit(2 if isinstance(e, (*_USER_ERRORS, torch.OutOfMemoryError)) else 1)
+        if _reports(e, rank):
+            who = f"rank {rank}: " if rank > 0 else ""
+            print(f"{ap.prog}: error: {who}{_error_sentence(e)}", file=sys.stderr, flush=True)
+        sys.exit(exit_code_of(e))
     finally:
         if dist.is_initialized():
             dist.destroy_process_group()
-    if int(os.environ.get("RANK", "0")) == 0:
-        print(json.dumps(jsonable(summary)))
+    if rank == 0:
+        print(json.dumps(jsonable(summary)), flush=True)
     if str(summary.get("status", "")).startswith("diverged"):
-        if int(os.environ.get("RANK", "0")) == 0:
+        if rank == 0:
             print(f"{ap.prog}: the run {summary['status']} (its record is in {cfg.out_dir}); lower lr, or raise "
                   "divergence_loss_threshold if the loss spike is expected", file=sys.stderr, flush=True)
         sys.exit(DIVERGED_EXIT)
