@@ -270,3 +270,22 @@ def test_runs_share_no_gpu_unless_told(monkeypatch):
     assert default_workers() == 1
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     assert default_workers() == (os.cpu_count() or 1)
+
+
+def test_make_reproduce_prints_its_plan_and_survives_a_failing_estimate(monkeypatch, capsys):
+    """Before the first run: each run with its estimated time and where that number comes from, and the total;
+    an estimate that cannot be made is said, and the runs still go."""
+    from manifold_muon_book import pipeline
+
+    rows = [dict(run="a", estimate_s=120.0, source="recorded"), dict(run="b", estimate_s=float("nan"), source="no model")]
+    monkeypatch.setattr(pipeline, "estimate", lambda root, scale, workers: rows)
+    secs = pipeline._plan(ROOT, "cpu", ["a", "b"], 2)
+    out = capsys.readouterr().out
+    assert "a" in out and "about 2 min (recorded)" in out and "(no model)" in out and "1 run(s) without an estimate" in out
+    assert secs["a"] == 120.0 and secs["b"] != secs["b"]
+
+    def broken(root, scale, workers):
+        raise KeyError("x")
+    monkeypatch.setattr(pipeline, "estimate", broken)
+    assert pipeline._plan(ROOT, "cpu", ["a"], 1) == {}
+    assert "no estimate: KeyError" in capsys.readouterr().out

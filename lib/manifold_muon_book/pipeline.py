@@ -378,15 +378,20 @@ def do_runs(root: Path, scale: str, force: bool, only: list[str] | None = None, 
         force, out_root = True, out_root or root / "runs" / "_smoke"
     done = []
     workers = workers or default_workers()
+    todo = []
     for name in _selected_runs(root, scale, only):
+        metrics = (out_root or root / "runs") / name / scale / "metrics.json"
+        if not force and metrics.exists() and json.loads(metrics.read_text()).get("inputs_sha") == run_inputs_sha(name, scale, root):
+            print(f"[runs] {name} @ {scale}: up to date")
+        else:
+            todo.append(name)
+    left = _plan(root, scale, todo, workers) if todo and scale not in SCRATCH_SCALES else {}
+    for k, name in enumerate(todo, start=1):
         template_md, template_nb = root / "runs" / f"{name}.md", root / "runs" / f"{name}.ipynb"
         _md_to_ipynb(template_md, template_nb, keep_outputs=False)
         out = (out_root or root / "runs") / name / scale
         metrics = out / "metrics.json"
         sha = run_inputs_sha(name, scale, root)
-        if not force and metrics.exists() and json.loads(metrics.read_text()).get("inputs_sha") == sha:
-            print(f"[runs] {name} @ {scale}: up to date")
-            continue
         out.mkdir(parents=True, exist_ok=True)
         print(f"[runs] {name} @ {scale}: executing ...", flush=True)
         params = {"scale": scale, "out_dir": str(out), "inputs_sha": sha}
@@ -397,7 +402,38 @@ def do_runs(root: Path, scale: str, force: bool, only: list[str] | None = None, 
             raise RuntimeError(f"runs/{name}.md ran but wrote no {metrics}; it must end by writing its metrics")
         print(f"[runs] {name} @ {scale}: done in {dt:.1f} s")
         done.append(name)
+        if len(todo) > 1:
+            rest = [left.get(n, float("nan")) for n in todo[k:]]
+            eta = "" if any(x != x for x in rest) else f"; about {_duration(sum(rest))} left (estimated)"
+            print(f"[runs] {k} of {len(todo)} runs done{eta}", flush=True)
     return done
+
+
+def _duration(seconds: float) -> str:
+    return f"{seconds / 60:.0f} min" if seconds < 5400 else f"{seconds / 3600:.1f} h"
+
+
+def _plan(root: Path, scale: str, todo: list[str], workers: int) -> dict[str, float]:
+    """Print what is about to run, with each run's estimated time (``estimate``: recorded times, else the cost
+    model for the detected device); returns {run: seconds}, NaN where there is no estimate. Never fails a run:
+    an estimate that cannot be made is said so."""
+    try:
+        rows = {r["run"]: r for r in estimate(root, scale, workers)}
+    except Exception as e:  # noqa: BLE001 - the plan is information; the runs go on
+        print(f"[runs] plan: {len(todo)} run(s) at {scale}: {', '.join(todo)} (no estimate: {type(e).__name__}: {e})")
+        return {}
+    secs = {n: float(rows.get(n, {}).get("estimate_s", float("nan"))) for n in todo}
+    known = [v for v in secs.values() if v == v]
+    device = next((r.get("device") for r in rows.values() if r.get("device") is not None), None)
+    print(f"[runs] plan: {len(todo)} run(s) at scale {scale}, {workers} at a time where a run sweeps:")
+    for n in todo:
+        src = rows.get(n, {}).get("source", "no estimate")
+        print(f"[runs]   {n:22s} " + (f"about {_duration(secs[n])} ({src})" if secs[n] == secs[n] else f"({src})"))
+    if known:
+        print(f"[runs] in all about {_duration(sum(known))}" + (f" ({len(todo) - len(known)} run(s) without an estimate)"
+                                                             if len(known) < len(todo) else "")
+              + (f"; model rows for {getattr(device, 'name', device)}" if device is not None else ""), flush=True)
+    return secs
 
 
 def do_chapters(root: Path, force: bool, only: list[str] | None = None) -> list[str]:
