@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from conftest import torchrun_train
 from manifold_muon_book import pipeline
 from manifold_muon_lab.config import load_preset, read_yaml_file
 
@@ -200,9 +201,7 @@ def test_two_gloo_processes_train_a_gpu_dry_preset(tmp_path):
     sets = {"max_steps": 2, "eval_every": 100, "probe_every": 0, "spectrum_every": 0, "checkpoint_every": 0}
     args = ["--preset", "gpu-dry-qwen3-120m", "--no-progress", *[f"--set={k}={v}" for k, v in sets.items()]]
     env = {**os.environ, "PYTHONHASHSEED": "0", "OMP_NUM_THREADS": "1"}
-    two = subprocess.run([str(Path(sys.executable).with_name("torchrun")), "--standalone", "--nproc_per_node", "2",
-                          "-m", "manifold_muon_lab.train", *args, "--out-dir", str(tmp_path / "two")],
-                         cwd=ROOT, env=env, capture_output=True, text=True, timeout=240)
+    two = torchrun_train(args, tmp_path / "two", ROOT, timeout=240)
     assert two.returncode == 0, two.stderr[-3000:]
     one = subprocess.run([sys.executable, "-m", "manifold_muon_lab.train", *args, "--set=gradient_accumulation_steps=4",
                           "--out-dir", str(tmp_path / "one")], cwd=ROOT, env=env, capture_output=True, text=True,

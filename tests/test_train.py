@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from conftest import torchrun_train
 from manifold_muon_lab import train as T
 from manifold_muon_lab.config import RunError, TrainConfig, available_presets, parse_overrides, validate
 from manifold_muon_lab.config import load_preset as _load_preset
@@ -278,10 +279,7 @@ def test_two_gloo_processes_take_the_same_steps_as_one(tmp_path):
     sets = {"max_steps": 3, "warmup": 0, "eval_every": 100, "probe_every": 0, "spectrum_every": 0,
             "checkpoint_every": 0}
     args = ["--preset", "cpu-tiny", "--no-progress", *[f"--set={k}={v}" for k, v in sets.items()]]
-    env = {**os.environ, "PYTHONHASHSEED": "0", "OMP_NUM_THREADS": "1"}
-    two = subprocess.run([str(Path(sys.executable).with_name("torchrun")), "--standalone", "--nproc_per_node", "2",
-                          "-m", "manifold_muon_lab.train", *args, "--out-dir", str(tmp_path / "two")],
-                         cwd=ROOT, env=env, capture_output=True, text=True, timeout=180)
+    two = torchrun_train(args, tmp_path / "two", ROOT, timeout=180)
     assert two.returncode == 0, two.stderr[-3000:]
     T.train(load_preset("cpu-tiny", **sets, gradient_accumulation_steps=2, out_dir=str(tmp_path / "one")),
             progress=False)
