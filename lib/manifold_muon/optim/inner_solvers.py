@@ -223,6 +223,13 @@ class GramPicture:
     def eye(self):
         return torch.eye(self.D.size(-1), dtype=self.D.dtype, device=self.D.device).expand_as(self.D)
 
+    def to(self, dtype) -> "GramPicture":
+        """The same picture with its n x n blocks (D, K0, R, D K0) in ``dtype``; W and C are shared."""
+        if self.D.dtype == dtype:
+            return self
+        return GramPicture(self.W, self.C, self.D.to(dtype), self.K0.to(dtype), self.R.to(dtype), self.P,
+                           self.diagonal, self.DK0.to(dtype))
+
 
 @dataclass
 class Span:
@@ -354,12 +361,13 @@ def clip_op(pic: GramPicture, X: Span):
     return X @ phi
 
 
-def feasible(pic: GramPicture, X: Span, polish: int = 0, fast: bool = False):
+def feasible(pic: GramPicture, X: Span, polish: int = 0, fast: bool = False, with_gram: bool = False):
     """X made primal feasible: its orthogonal tangent part X - W Gamma, shrunk into the unit op-norm ball.
     ``polish`` rounds of alternating projections (tangent part, then ``clip_op``) first: they move X towards
     the intersection of the two sets, so the final uniform shrink costs less of its value. Whatever the
     rounds do, the result is feasible and its value a lower bound on OPT. ``fast``: the op-norm in float32
-    (with a 1e-6 margin, so still feasible). Returns (X_feasible, <G, X_feasible>)."""
+    (with a 1e-6 margin, so still feasible). Returns (X_feasible, <G, X_feasible>), and with ``with_gram``
+    also X_feasible^T X_feasible (known for free: the op-norm was read from it)."""
     for _ in range(polish):
         X = clip_op(pic, tangent_part(pic, X))
     X = tangent_part(pic, X)
@@ -369,10 +377,13 @@ def feasible(pic: GramPicture, X: Span, polish: int = 0, fast: bool = False):
     else:
         op = torch.linalg.eigvalsh(N)[..., -1].clamp_min(0).sqrt().clamp_min(1)
     X = X.scale(1 / op)
+    if with_gram:
+        return X, dot_G(pic, X), N / (op * op)[..., None, None]
     return X, dot_G(pic, X)
 
 
-def certificate(pic: GramPicture, Lambda, U=None, rtol=None, tol=None, polish: int = 0, fast: bool = False):
+def certificate(pic: GramPicture, Lambda, U=None, rtol=None, tol=None, polish: int = 0, fast: bool = False,
+                with_gram: bool = False):
     """(A, value, bound) with A feasible, value = <G, A> <= <G, A*> <= bound = ||G + 2 W Lambda||_* (weak duality).
 
     Candidates for A: msign(G + 2 W Lambda) and (ADMM) the scaled multiplier U, each made feasible; the
@@ -381,11 +392,17 @@ def certificate(pic: GramPicture, Lambda, U=None, rtol=None, tol=None, polish: i
     for U. Given ``tol``, U is only tried where the msign candidate's gap is above it (a matrix already
     certified to ``tol`` keeps it, so a batch still gives each matrix what it would get alone), and not
     at all when every matrix is certified. ``polish``: rounds of ``feasible``'s alternating projections
-    for each candidate (one eigh each)."""
+    for each candidate (one eigh each). ``with_gram`` (the msign candidate only, U None): (A, value, bound,
+    A^T A)."""
     rtol = rtol if rtol is not None else (1e-7 if pic.D.dtype == torch.float64 else 1e-3)
     Z = z_of(pic, Lambda)
     ZtZ = _sym(Z.a.mT @ pic.dmul(Z.a) + pic.R)  # gram(pic, Z) with Z's C-coefficient the identity
     Y, s = spectral_factor(ZtZ, lambda s: inv_sqrt(s, rtol))
+    if with_gram:
+        if U is not None:
+            raise ValueError("certificate(with_gram=True) takes the msign candidate only (U None)")
+        A, value, AtA = feasible(pic, Span(Z.a @ Y, Y), polish, fast, with_gram=True)
+        return A, value, s.sum(-1), AtA
     A, value = feasible(pic, Span(Z.a @ Y, Y), polish, fast)
     bound = s.sum(-1)
     if U is not None:
@@ -452,6 +469,7 @@ class GramSolve:
     gap: torch.Tensor
     iterations: torch.Tensor
     wide: bool
+    AtA: torch.Tensor | None = None  # A^T A where the solve knows it (the lean solve: its retraction reuses it)
 
     def matrix(self):
         A = self.A.matrix(self.picture)
@@ -541,7 +559,11 @@ def lean_solve(W, G, P, warm=None, steps=1, rho=None, relax=1.8, normalize=True,
     msign candidate only (one eigh, one eigvalsh): every matrix of a batch does the same work, nothing is
     decided on the host. The m x n products (W^T W, W^T G, C, C^T C) are formed in W's precision (float32;
     the n x n work is in float64) where ``diagonal`` says that W^T W is diagonal on this manifold (Stiefel,
-    DGram: no test on the host), in float64 elsewhere. Why a few iterations suffice: consecutive momenta are close (Muon's momentum
+    DGram: no test on the host), in float64 elsewhere. There the ADMM iterations run in float32 too: their
+    singular value thresholding keeps only singular values above 1/rho = sqrt(n) (in unit-RMS units, the
+    top few), which float32's eigh resolves to ~1e-5 relative, and they only move the multiplier that the
+    float64 certificate then judges; the certificate (msign maps every singular value to 1, the small ones
+    included) stays in float64. A^T A is returned (``GramSolve.AtA``) for ``lean_retract``. Why a few iterations suffice: consecutive momenta are close (Muon's momentum
     0.95), so the optimal multiplier moves little between steps and the iterations of successive steps add
     up (chapter 04 measures the error against a certified reference along a stream). Returns a
     ``GramSolve`` whose gap is a certificate (an upper bound on A's relative sub-optimality), as a tensor."""
@@ -560,11 +582,13 @@ def lean_solve(W, G, P, warm=None, steps=1, rho=None, relax=1.8, normalize=True,
     else:
         Lambda, U = warm[0].to(pic.D.dtype), Span(warm[1].a.to(pic.D.dtype), warm[1].b.to(pic.D.dtype))
     if steps:
-        Lambda, U = admm_gram(pic, Lambda, U, rho, steps, relax)
+        it = torch.float32 if diagonal and W.dtype == torch.float32 else pic.D.dtype
+        Lambda, U = admm_gram(pic.to(it), Lambda.to(it), Span(U.a.to(it), U.b.to(it)), rho, steps, relax)
+        Lambda, U = Lambda.to(pic.D.dtype), Span(U.a.to(pic.D.dtype), U.b.to(pic.D.dtype))
     rtol = 1e-7 if W.dtype == torch.float64 else 1e-6
-    A, value, bound = certificate(pic, Lambda, None, rtol, polish=polish, fast=True)
+    A, value, bound, AtA = certificate(pic, Lambda, None, rtol, polish=polish, fast=True, with_gram=True)
     iterations = torch.full(pic.D.shape[:-2], steps, dtype=torch.long, device=pic.D.device)
-    return GramSolve(A, pic, Lambda, U, _relative_gap(value, bound), iterations, wide)
+    return GramSolve(A, pic, Lambda, U, _relative_gap(value, bound), iterations, wide, AtA)
 
 
 # ====================================================================== the exact mode: Newton on the dual

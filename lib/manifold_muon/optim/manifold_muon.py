@@ -124,16 +124,27 @@ def lean_retract(M: GramManifold, sol: GramSolve, lr: float, weight_decay: float
     a host synchronisation and without an eigendecomposition. X = W a' + C b' has Gram matrix S = X^T X in
     n x n; the manifold's ``series_factor`` T puts X T on M by matrix products in float32 (Stiefel: S^{-1/2}
     by a series; DGram: the same series on S with its diagonal scaled out; GramOblique: the exact column
-    scaling). ``landed`` (a bool per matrix, a tensor) says where X T is on M to rounding; ``fix(bad)``
+    scaling). S is assembled from W^T W (whole: W's own rounding off the manifold is seen and removed), W^T A
+    (a row scaling on Stiefel and DGram) and the solve's A^T A (``GramSolve.AtA``), without an n x n product;
+    the last products (X T where W^T W is diagonal, and W a + C b) are in the weights' precision. ``landed`` (a bool per matrix, a tensor) says where X T is on M to rounding; ``fix(bad)``
     recomputes those by retracting the m x n X itself (the optimizer reads ``landed`` in its one
     synchronisation per step, ``guard``)."""
     pic, A = sol.picture, sol.A
-    X = Span((1 - lr * weight_decay) * pic.eye() - lr * A.a, -lr * A.b)
-    S = gram(pic, X, exact=True).to(torch.float32)
+    c = 1 - lr * weight_decay
+    X = Span(c * pic.eye() - lr * A.a, -lr * A.b)
+    if sol.AtA is None:
+        S = gram(pic, X, exact=True)
+    else:  # S = c^2 W^T W - c lr (W^T A + A^T W) + lr^2 A^T A from what the solve knows: no n x n product
+        WtA = pic.dmul(A.a)
+        S = c * c * pic.D - c * lr * (WtA + WtA.mT) + lr * lr * sol.AtA
+    S = _sym(S).to(torch.float32)
     T = M.series_factor(S, lr)
     landed = _landed(M, T, S, dtype)
-    T = torch.nan_to_num(T).to(X.a.dtype)
-    W_new = (X @ T).matrix(pic)
+    # X T in the weights' precision where W^T W is diagonal; elsewhere (Oblique) X's coefficients can be large
+    # (W^T W ill conditioned) and X T stays in float64 (measured: float32 there doubles the constraint's rounding)
+    dt = pic.W.dtype if pic.diagonal else X.a.dtype
+    T = torch.nan_to_num(T).to(dt)
+    W_new = (Span(X.a.to(dt), X.b.to(dt)) @ T).matrix(pic)
 
     def fix(bad):
         Xm = X.matrix(pic)
