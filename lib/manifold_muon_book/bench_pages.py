@@ -4,7 +4,8 @@ The chapter keeps in view the arithmetic it checks: the differences it reads off
 the differences to Muon paired by seed, the violation ratios, the bisection experiment, the time ratios.
 This module only reshapes what the chapter loads (the run records of ``runs/sphere_benchmark.md``,
 chapter 12's learning-rate sweep, the paper's published numbers) into DataFrames, reads each arm's
-hyperparameters from its training preset, and draws the one figure. It states no number itself.
+hyperparameters from its training preset, draws the one figure and shows the numbered tables with their
+captions (``show_*_table``: the chapter computes what they show). It states no number itself.
 """
 
 from __future__ import annotations
@@ -13,7 +14,9 @@ from pathlib import Path
 
 __all__ = ["NAMES", "ORDER", "SPHERE", "paper_val", "dash", "shown", "table4_runs", "arm_tuning", "lr_sweep",
            "eval_curves", "violations", "oblique_runs", "micro_ratios", "curves_figure", "cpu_table",
-           "in_thousandths", "BISECTION_ROWS", "bisection_summary", "MANIFOLDS", "oblique_losses", "oblique_norms", "glue_values"]
+           "in_thousandths", "BISECTION_ROWS", "bisection_summary", "MANIFOLDS", "oblique_losses", "oblique_norms", "glue_values",
+           "show_vs_muon_table", "show_pairs_table", "show_budget_table", "show_tuning_table", "show_cpu_table",
+           "show_violation_table", "show_bisection_table", "show_time_table", "show_oblique_tables"]
 
 # The optimizers of the paper's Table 4, in its order, with the names the page shows.
 NAMES = {"muon": "Muon", "muonh_fro": "MuonH-fro", "muonh_spec": "MuonH-spec", "fso": "FSO", "sso": "SSO",
@@ -217,3 +220,115 @@ def glue_values(fmt: str, **values) -> None:
 
     for name, x in values.items():
         glue_value(name, x if isinstance(x, int) else float(x), fmt)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# The chapter's numbered tables, with their captions (``tables.show_table``)
+# ---------------------------------------------------------------------------------------------------------
+
+def _scales():
+    from .paper_runs import PAPER
+
+    return PAPER["table4_scales"]
+
+
+def show_vs_muon_table(vs_muon) -> None:
+    """tab-ben-paper-vs-muon: Table 4's Delta_{o,s}, each constrained optimizer minus Muon per scale."""
+    from .tables import show_table
+
+    show_table(dash(shown(vs_muon.reset_index())),
+               r"The paper's Table 4: validation loss of each constrained optimizer minus Muon's, $\Delta_{o,s}$, at "
+               "each scale (negative: better than Muon). One run per cell; '-' where the paper did not run SSO or FSO.",
+               "tab-ben-paper-vs-muon", {s: "+.3f" for s in _scales()})
+
+
+def show_pairs_table(paper_pairs) -> None:
+    """tab-ben-paper-pairs: Table 4's differences between the pairs the summary sentences compare."""
+    from .tables import show_table
+
+    show_table(dash(paper_pairs), "The paper's Table 4, validation loss differences between the optimizers that its "
+               "summary sentences compare (negative: the first of the pair is better).", "tab-ben-paper-pairs",
+               {s: "+.3f" for s in _scales()})
+
+
+def show_budget_table(budget) -> None:
+    """tab-ben-budget: Table 10's token budgets recomputed, the stated ones, parameters, tokens per parameter."""
+    from .tables import show_table
+
+    show_table(budget.rename(columns={"tokens": "tokens (B)", "stated": "stated (B)", "params": "parameters (M)",
+                                      "tokens_per_param": "tokens per parameter"}),
+               "Table 10's token budgets recomputed with a per-GPU batch, against the stated ones; parameters of "
+               "the library's Qwen3-like model (FFN width 8/3 of the model width).", "tab-ben-budget",
+               {"tokens (B)": ".2f", "stated (B)": ".1f", "parameters (M)": ".1f", "tokens per parameter": ".0f"})
+
+
+def show_tuning_table(tuning) -> None:
+    """tab-ben-tuning: each arm's hyperparameters (``arm_tuning``)."""
+    from .tables import show_table
+
+    show_table(shown(tuning), "The hyperparameters of each arm at the cpu scale: Table 12's choices at 120M, "
+               "as the training preset gives them (the AdamW parameters of embeddings and gains are the same for all).",
+               "tab-ben-tuning", {"learning rate": "g", "weight decay": "g"})
+
+
+def show_cpu_table(val, diff, paper) -> None:
+    """tab-ben-cpu: ``cpu_table(val, diff, paper)`` under the page's names."""
+    from .tables import show_table
+
+    show_table(shown(cpu_table(val, diff, paper)),
+               "Final validation loss at the cpu scale (each arm at its Table 12 setting for 120M, "
+               "{numref}`tab-ben-tuning`): mean and standard deviation over 3 seeds, and the difference to Muon "
+               "paired by seed; the paper's validation losses (one run each) beside.", "tab-ben-cpu",
+               {"mean": ".3f", "std": ".3f", "vs Muon (paired)": "+.3f", "paired std": ".3f",
+                **{f"paper {s}": ".3f" for s in _scales()}})
+
+
+def show_violation_table(vio_tab) -> None:
+    """tab-ben-violation: the mean cos_t per optimizer and layer type, in thousandths."""
+    from .paper_runs import LAYER_TYPES
+    from .tables import show_table
+
+    show_table(shown(vio_tab.reset_index()).rename(columns=lambda c: c.replace("_proj", "")),
+               r"Tangent violation $\cos_t$ of eq. {eq}`eq-ben-violation`, in units of $10^{-3}$, per layer type (q, k, "
+               r"v, o: attention; gate, up, down: MLP), averaged over the recorded steps (every 25th) and 3 seeds. Muon "
+               r"has no sphere and is not listed.", "tab-ben-violation",
+               {k.replace("_proj", ""): in_thousandths for k in LAYER_TYPES})
+
+
+def show_bisection_table(bis, below: float) -> None:
+    """tab-ben-bisection: ``bisection_summary(bis, below)``."""
+    from .tables import show_table
+
+    show_table(bisection_summary(bis, below=below),
+               r"The multiplier bisection on 20 random $64 \times 64$ instances per sphere ($r = 1$ Frobenius, $r = 2$ "
+               r"spectral), means over the instances.", "tab-ben-bisection")
+
+
+def show_time_table(r_opt, r_step, gpt2: dict) -> None:
+    """tab-ben-time: the medians over seeds of the time ratios to Muon (optimizer step, whole step) and the
+    micro-benchmark's ratios."""
+    import pandas as pd
+
+    from .tables import show_table
+
+    timing = pd.DataFrame({"optimizer": ORDER, "optimizer step / Muon's": r_opt.median().to_numpy(),
+                           "whole step / Muon's": r_step.median().to_numpy(),
+                           "micro-benchmark, 768 wide": [gpt2[o] for o in ORDER]})
+    show_table(shown(timing),
+               "Time per step relative to Muon: the optimizer step alone and forward-backward plus optimizer step "
+               "(medians over the 3 seeds of per-run medians, cpu scale), and the library's micro-benchmark of the "
+               "optimizer step at GPT-2-small shapes.", "tab-ben-time", default=".2g")
+
+
+def show_oblique_tables(obl_val, obl_diff, obl) -> None:
+    """tab-ben-oblique (``oblique_losses``) and tab-ben-oblique-norms (``oblique_norms``)."""
+    from .tables import show_table
+
+    losses, loss_formats = oblique_losses(obl_val, obl_diff)
+    show_table(losses, "MACRO on the Frobenius sphere and the two oblique manifolds ($r = 1$, no weight decay, the "
+               "same two rates for all three): final validation loss, and its difference to the Frobenius sphere "
+               "paired by seed, mean and standard deviation over 3 seeds.", "tab-ben-oblique", loss_formats)
+    norms, norm_formats = oblique_norms(obl)
+    show_table(norms, "Final norms of the query (q) and MLP up-projection (up) weights in the runs of "
+               "{numref}`tab-ben-oblique` (input, output: the oblique manifolds): spectral, largest row and largest "
+               "column (medians over the layers of a type, means over seeds).", "tab-ben-oblique-norms", norm_formats)

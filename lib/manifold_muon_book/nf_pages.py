@@ -2,15 +2,17 @@
 frames, frames into the tables a reader sees, and frames into figures.
 
 Nothing here decides a verdict. The chapter computes every statistic it checks and asserts it in its own
-cells; these functions only gather inputs (``sweep_frame``, ``gains_frame``, ``run_settings``) and lay
-results out (``*_table``, ``*_figure``), so that the page shows the checks and not the formatting.
+cells; these functions only gather inputs (``sweep_frame``, ``gains_frame``, ``run_settings``), lay
+results out (``*_table``, ``*_figure``) and glue the numbers the prose quotes (``glue_*``), so that the page
+shows the checks and not the formatting.
 """
 
 from __future__ import annotations
 
 __all__ = ["OPT_NAMES", "norms_of", "norm_table", "cascade_figure", "sweep_frame", "sweep_table",
            "sweep_figure", "growth_frame", "growth_table", "run_settings", "arm_table", "gains_frame",
-           "gain_table", "gain_slopes", "vs_normed_table"]
+           "gain_table", "gain_slopes", "vs_normed_table", "glue_cascade", "glue_sweep", "glue_growth",
+           "glue_arms", "glue_gains"]
 
 # The three matrix optimizers of the paper's Table 3, in its order, as the page names them.
 OPT_NAMES = {"muon": "Muon", "macro_fro": "MACRO-fro", "macro_spec": "MACRO-spec"}
@@ -208,3 +210,83 @@ def gain_slopes(gains, kinds):
             rows.append(dict(optimizer=OPT_NAMES[o], norm=k, **{f"r = {r:g}": v for r, v in means.items()},
                              slope=log_slope(g, k), slope_seed_min=min(per_seed), slope_seed_max=max(per_seed)))
     return pd.DataFrame(rows)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# The numbers the prose quotes, glued at the precision it states them
+# ---------------------------------------------------------------------------------------------------------
+
+def glue_cascade(degree, std32, first_inf, first_nan, log_ratio, ng_growth, ng32, depth):
+    """The homogeneity degrees (``degree[gated]``), the last plain float32 block whose stream RMS is below 2
+    (``quiet_layer``), the first block with an infinite RMS per dtype and with a NaN stream in float32, the
+    range of the successive ratios of log10 s, the gated stack's growth factor and final RMS, and the depth."""
+    from .stated import glue_value
+
+    glue_value("degree_swiglu", degree[False], ".2f")
+    glue_value("degree_ng", degree[True], ".2f")
+    quiet = int(std32.layer[std32.rms >= 2].min()) - 1   # last block with RMS < 2
+    glue_value("quiet_layer", quiet, "d")
+    glue_value("inf_layer_f32", first_inf["float32"], "d")
+    glue_value("inf_layer_bf16", first_inf["bfloat16"], "d")
+    glue_value("nan_layer_f32", first_nan["float32"], "d")
+    glue_value("log_ratio_min", float(log_ratio.min()), ".2f")
+    glue_value("log_ratio_max", float(log_ratio.max()), ".2f")
+    glue_value("ng_growth", ng_growth, ".3f")
+    glue_value("ng_final", float(ng32.rms.iloc[-1]), ".1f")
+    glue_value("depth", depth, "d")
+
+
+def glue_sweep(n_diverged, n_runs, spec_minus_fro, top, muon_vs_spec_best):
+    """The sweep's divergences and runs, the range of MACRO-spec's mean lead over MACRO-fro across rates
+    (``spec_minus_fro["mean"]``, sign flipped), the loss each optimizer loses from its best rate to 1 (``top``)
+    and MACRO-spec's best minus Muon's."""
+    from .stated import glue_value
+
+    glue_value("nf_diverged", n_diverged, "d")
+    glue_value("nf_runs", n_runs, "d")
+    glue_value("nf_spec_fro_min", float(-spec_minus_fro["mean"].max()), ".3f")
+    glue_value("nf_spec_fro_max", float(-spec_minus_fro["mean"].min()), ".3f")
+    glue_value("nf_top_muon", float(top["muon"]), ".2f")
+    glue_value("nf_top_spec", float(top["macro_spec"]), ".2f")
+    glue_value("nf_top_fro", float(top["macro_fro"]), ".2f")
+    glue_value("nf_spec_vs_muon", muon_vs_spec_best, "+.3f")
+
+
+def glue_growth(g_muon, g_spec):
+    """Muon's final up-projection spectral norm at eta = 0.01 and 1 and its largest relative step; MACRO-spec's
+    relative step at eta = 1 (``g_*``: seed means indexed by lr)."""
+    from .stated import glue_value
+
+    glue_value("muon_sigma_001", float(g_muon.sigma_up[0.01]), ".1f")
+    glue_value("muon_sigma_1", float(g_muon.sigma_up[1.0]), ".0f")
+    glue_value("muon_rel_max", float(g_muon.rel_update.max()), ".3f")
+    glue_value("spec_rel_1", float(g_spec.rel_update[1.0]), ".2f")
+
+
+def glue_arms(gap, normed_spec_minus_fro, same_rate):
+    """The mean paired gaps without minus with learnable norms per optimizer, MACRO-spec minus MACRO-fro with
+    the norms, and MACRO-spec's gap at the normalised arm's rate."""
+    from .stated import glue_value
+
+    glue_value("nf_gap_spec", float(gap["macro_spec"].mean()), "+.3f")
+    glue_value("nf_gap_fro", float(gap["macro_fro"].mean()), "+.3f")
+    glue_value("nf_gap_muon", float(gap["muon"].mean()), "+.3f")
+    glue_value("nf_normed_spec_fro", normed_spec_minus_fro, "+.3f")
+    glue_value("nf_same_rate_spec", same_rate, "+.3f")
+
+
+def glue_gains(gains, gamma_cols, gain_tab):
+    """The largest deviation of a gain from 1, the steepest pooled slope and the range of per-seed slopes,
+    MACRO-spec's MLP pre-norm slope, and the largest spread over the radii of an optimizer's mean validation
+    loss."""
+    from .stated import glue_value
+
+    glue_value("gain_dev_max", float((gains[gamma_cols] - 1).abs().max().max()), ".2f")
+    glue_value("gain_slope_min", float(gain_tab.slope.min()), "+.3f")
+    glue_value("gain_seed_slope_min", float(gain_tab.slope_seed_min.min()), "+.3f")
+    glue_value("gain_seed_slope_max", float(gain_tab.slope_seed_max.max()), "+.3f")
+    mlp_spec = gain_tab[(gain_tab.optimizer == "MACRO-spec") & (gain_tab.norm == "mlp_norm")].iloc[0]
+    glue_value("gain_mlp_spec_slope", float(mlp_spec.slope), "+.3f")
+    val_by_r = gains.groupby(["optimizer", "r"]).val.mean()
+    spread = val_by_r.groupby("optimizer").agg(lambda v: v.max() - v.min())
+    glue_value("gain_val_spread", float(spread.max()), ".3f")
