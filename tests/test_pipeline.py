@@ -233,6 +233,31 @@ def test_the_gpu_scale_is_refused_without_cuda_and_then_asks_for_its_data(capsys
         assert e.value.code == 2 and "openwebtext" in capsys.readouterr().err
 
 
+def test_a_scale_whose_checkpoints_do_not_fit_on_the_disk_is_refused_before_any_run(monkeypatch, capsys):
+    import shutil
+
+    from manifold_muon_book import cost_model, pipeline
+
+    root = pipeline.repo_root()
+    total, largest = cost_model.disk_need(root, "five_assignments", "cpu")
+    cfgs = [t.cfg for t in cost_model.trainings(root, "five_assignments", "cpu")]
+    # the estimate is 12 bytes a parameter for every training that keeps a checkpoint
+    assert total == sum(12 * cost_model._parameters(c.family, tuple(sorted(
+        __import__("manifold_muon_lab.config", fromlist=["model_fields"]).model_fields(c, cost_model._vocab(c)).items())))
+        for c in cfgs if c.checkpoint_every >= 0) > 0
+    pipeline.check_disk(root, "cpu", ["five_assignments"], free=total + largest + pipeline.DISK_MARGIN)  # just fits
+    with pytest.raises(ValueError, match=r"needs about .* GiB of disk for its checkpoints \(five_assignments"):
+        pipeline.check_disk(root, "cpu", ["five_assignments"], free=total)
+    pipeline.check_disk(root, "smoke", ["five_assignments"], free=0)  # scratch scales are not checked
+    usage = shutil.disk_usage(root / "runs")
+    monkeypatch.setattr(shutil, "disk_usage", lambda p: usage._replace(free=1 << 20))
+    with pytest.raises(SystemExit) as e:  # the command line: one sentence, exit 2, nothing executed
+        pipeline.main(["runs", "--scale", "cpu", "--only", "five_assignments", "--force"])
+    err = capsys.readouterr().err
+    assert e.value.code == 2 and "free some space, or run part of it with --only" in err and "Traceback" not in err
+    assert "executing" not in err
+
+
 def test_the_estimate_of_a_scale_without_records_says_so(capsys):
     from manifold_muon_book.pipeline import main
 

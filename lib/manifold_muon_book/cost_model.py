@@ -611,6 +611,58 @@ def _grid(preset, presets):  # paper_runs.run_grid (the notebooks that call grid
 TRAINING_LOOPS = {"five_assignments": _studies, "msign_tolerance": _noise, "solver_training": _solvers}
 
 
+# A checkpoint holds the weights (4 P bytes) and at most two float32 buffers per weight of optimizer state
+# (8 P: config.estimate_memory's count); the model's and the optimizers' dictionaries add a little.
+CHECKPOINT_BYTES_PER_PARAM = 12
+
+
+def trainings(root: Path, name: str, scale: str) -> list[Training]:
+    """The trainings run ``name`` does at ``scale`` (the enumerators above); [] for the matrix studies
+    (``msign_accuracy``, ``dual_ascent_shapes``: one small recorded training at most); ``NoModel`` if unknown."""
+    from .pipeline import load_run_preset, run_scales
+
+    if scale not in run_scales(root, name):
+        raise NoModel(f"no {scale} entry in runs/presets/{name}.yml")
+    if name in ("msign_accuracy", "dual_ascent_shapes"):
+        return []
+    preset = load_run_preset(name, scale, root)
+    presets = root / "runs" / "presets" / "training"
+    if name in TRAINING_LOOPS:
+        return TRAINING_LOOPS[name](preset, presets)
+    if "grid_notebook(" in (root / "runs" / f"{name}.md").read_text() and ("axes" in preset or "groups" in preset):
+        return _grid(preset, presets)
+    raise NoModel(f"runs/{name}.md is neither a training loop this module knows ({', '.join(TRAINING_LOOPS)}, "
+                  "the grid notebooks) nor one of its matrix studies; add its loop to TRAINING_LOOPS")
+
+
+def checkpoint_bytes(cfg) -> int:
+    """The bytes of the checkpoint one training keeps (0 with ``checkpoint_every`` = -1): 12 P."""
+    if cfg.checkpoint_every < 0:
+        return 0
+    from manifold_muon_lab.config import model_fields
+
+    fields = model_fields(cfg, _vocab(cfg))
+    return CHECKPOINT_BYTES_PER_PARAM * _parameters(cfg.family, tuple(sorted(fields.items())))
+
+
+@functools.lru_cache(maxsize=None)
+def _parameters(family: str, fields: tuple) -> int:
+    """Parameters of the model ``family`` with ``fields`` (built on the meta device, once per shape)."""
+    import torch
+
+    from manifold_muon_lab.models import build_model
+
+    with torch.device("meta"):
+        return sum(p.numel() for p in build_model(family, **dict(fields)).parameters())
+
+
+def disk_need(root: Path, name: str, scale: str) -> tuple[int, int]:
+    """(bytes the run's finished trainings keep on disk in checkpoints, the largest single checkpoint): every
+    training keeps its last checkpoint (for resuming), and an atomic write holds one more copy while it writes."""
+    sizes = [checkpoint_bytes(t.cfg) for t in trainings(root, name, scale)]
+    return sum(sizes), max(sizes, default=0)
+
+
 @dataclass
 class Job:
     """Independent work of a run (``parallel``: the template runs such jobs ``workers`` at a time) or its
@@ -632,20 +684,12 @@ def run_jobs(root: Path, name: str, scale: str, dev: Device) -> tuple[list[Job],
         raise NoModel(f"no {scale} entry in runs/presets/{name}.yml")
     preset = load_run_preset(name, scale, root)
     presets = root / "runs" / "presets" / "training"
-    template = (root / "runs" / f"{name}.md").read_text()
     if name == "msign_accuracy":
         return _msign_accuracy(preset), []
     if name == "dual_ascent_shapes":
         return _dual_ascent_shapes(preset, presets, dev)
-    if name in TRAINING_LOOPS:
-        trainings = TRAINING_LOOPS[name](preset, presets)
-    elif "grid_notebook(" in template and ("axes" in preset or "groups" in preset):
-        trainings = _grid(preset, presets)
-    else:
-        raise NoModel(f"runs/{name}.md is neither a training loop this module knows ({', '.join(TRAINING_LOOPS)}, "
-                      "the grid notebooks) nor one of its matrix studies; add its loop to TRAINING_LOOPS")
     jobs, notes = [], []
-    for t in trainings:
+    for t in trainings(root, name, scale):
         on_cpu = dev.kind == "cpu" or t.cfg.device == "cpu"
         d = measure_cpu(t.cfg.threads or None) if on_cpu else dev
         r = training_cost(t.cfg, d, t.classes)

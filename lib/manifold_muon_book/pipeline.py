@@ -815,7 +815,43 @@ def preflight_scale(root: Path, scale: str, only: list[str] | None, allow_cpu: b
                         f"{DATASETS[d].__name__}; {DATASETS[d].__name__}()'" for d in missing)
         raise ValueError(f"the data set(s) {', '.join(missing)} that {', '.join(users)} train on at scale {scale!r} "
                          f"are not prepared; prepare them first: {how}")
+    check_disk(root, scale, selected)
     return selected
+
+
+DISK_MARGIN = 1 << 30  # besides the checkpoints: metrics, executed notebooks, the interpreter's temporary files
+
+
+def check_disk(root: Path, scale: str, selected: list[str], free: int | None = None) -> None:
+    """Refuse, before any run starts, a scale whose trainings' checkpoints would not fit on the disk that holds
+    ``runs/``: each training keeps its last checkpoint (``cost_model.disk_need``: 12 bytes a parameter), one
+    more copy exists while a checkpoint is written, plus ``DISK_MARGIN``. Checkpoints already under a selected
+    run's folder count as free (a re-run replaces them). Scratch scales (smoke, gpu-dry) are small and not
+    checked. ``free``: the free bytes (default: ``shutil.disk_usage``)."""
+    if scale in SCRATCH_SCALES:
+        return
+    import shutil
+
+    from .cost_model import NoModel, disk_need
+
+    need, largest, per_run = 0, 0, {}
+    for name in selected:
+        try:
+            total, big = disk_need(root, name, scale)
+        except NoModel:
+            continue
+        need, largest = need + total, max(largest, big)
+        per_run[name] = total
+    need += largest + DISK_MARGIN
+    present = sum(f.stat().st_size for name in selected if (root / "runs" / name / scale).is_dir()
+                  for f in (root / "runs" / name / scale).rglob("*.pt"))
+    free = shutil.disk_usage(root / "runs").free if free is None else free
+    if need > free + present:
+        gib = lambda b: f"{b / 2 ** 30:.1f} GiB"  # noqa: E731
+        big = ", ".join(f"{n} {gib(b)}" for n, b in sorted(per_run.items(), key=lambda kv: -kv[1]) if b)
+        raise ValueError(f"scale {scale!r} needs about {gib(need)} of disk for its checkpoints ({big}; each training "
+                         f"keeps its last one to resume from) and the disk holding {root / 'runs'} has "
+                         f"{gib(free + present)} free: free some space, or run part of it with --only")
 
 
 def _check_args(root: Path, args) -> None:

@@ -17,8 +17,10 @@ run the built-in defaults), and ``preset_scale`` reads one scale of a run preset
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import difflib
+import functools
 import inspect
 import math
 import os
@@ -94,6 +96,11 @@ def read_yaml(text: str):
     return yaml.load(text, Loader=_Loader)
 
 
+@functools.lru_cache(maxsize=256)
+def _read_yaml_cached(text: str):
+    return read_yaml(text)
+
+
 def read_yaml_file(path):
     """A YAML file as ``read_yaml`` reads it; a file that cannot be read, is not UTF-8, is not valid YAML or gives a
     key twice raises a ValueError naming the file (and the line), in one sentence saying what to fix."""
@@ -111,7 +118,7 @@ def read_yaml_file(path):
         raise ValueError(f"{path} is not UTF-8 text (byte 0x{raw[e.start]:02x} at line {line}, column {column}); "
                          "save it as UTF-8") from None
     try:
-        return read_yaml(text)
+        return copy.deepcopy(_read_yaml_cached(text))  # a preset is read once per file content, not per training
     except DuplicateKeyError as e:
         raise ValueError(f"{path} gives the key {e.key!r} twice (line {e.first_line} and line {e.line}); "
                          "keep one of them") from None
