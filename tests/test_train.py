@@ -327,3 +327,29 @@ def test_common_val_loss_of_a_big_batch_is_evaluated_in_chunks(tmp_path, monkeyp
     whole = E.common_val_loss(a.out_dir, batches=2, batch_size=12)
     monkeypatch.setattr(E, "EVAL_CHUNK", 5)   # 12 sequences in chunks of 4 (the largest divisor of 12 up to 5)
     assert E.common_val_loss(a.out_dir, batches=2, batch_size=12) == pytest.approx(whole, rel=1e-5)
+
+
+def test_recording_momenta_reports_its_progress(capsys, monkeypatch):
+    """bench.momenta.record_momenta (dual_ascent_shapes' recording stage, minutes at GPT-2 width): a progress line
+    with the step, rate and ETA, and the weights and momenta of exactly the steps asked for."""
+    from manifold_muon_book.bench import momenta
+
+    monkeypatch.setattr(momenta, "PROGRESS_EVERY_S", 0.0)
+    rec = momenta.record_momenta([1, 2], "cpu-tiny", seed=3, max_steps=10)
+    lines = [x for x in capsys.readouterr().out.splitlines() if x.startswith("[record]")]
+    assert [x.split(" (")[0] for x in lines] == [f"[record] training step {k} of 3" for k in (1, 2, 3)]
+    assert all("steps/s, ETA" in x for x in lines)
+    assert sorted(rec) == [1, 2] and all(W.shape == G.shape for W, G, _ in rec[2].values())
+    momenta.record_momenta([0], "cpu-tiny", seed=3, max_steps=10, progress=False)
+    assert "[record]" not in capsys.readouterr().out
+
+
+def test_a_cpu_run_under_torchrun_takes_gloo_on_a_machine_with_cuda_too(monkeypatch):
+    """nccl cannot reduce CPU tensors: a ``device: cpu`` config (the gpu-dry presets) on a GPU box must get gloo."""
+    from manifold_muon_lab import distributed
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    assert distributed.backend("cpu") == "gloo"
+    assert distributed.backend("auto") == distributed.backend("cuda") == "nccl"
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    assert {distributed.backend(d) for d in ("cpu", "auto", "cuda")} == {"gloo"}

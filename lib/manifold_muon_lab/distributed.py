@@ -23,16 +23,23 @@ from manifold_muon import MatrixOptimizer
 
 from .config import RunError
 
-__all__ = ["setup", "all_reduce_mean_", "ShardedStep", "agree", "PeerFailed", "reporter", "is_peer_failure"]
+__all__ = ["setup", "backend", "all_reduce_mean_", "ShardedStep", "agree", "PeerFailed", "reporter", "is_peer_failure"]
 
 
-def setup() -> tuple[int, int, int]:
-    """(rank, local_rank, world_size); starts the process group under torchrun (nccl on GPUs, else gloo)."""
+def backend(device: str = "auto") -> str:
+    """The process group's backend for a run on ``device`` (a config's ``device``): nccl where the run trains on
+    GPUs, gloo where it trains on the CPU, on a machine with CUDA too (nccl cannot reduce CPU tensors)."""
+    return "nccl" if device != "cpu" and torch.cuda.is_available() else "gloo"
+
+
+def setup(device: str = "auto") -> tuple[int, int, int]:
+    """(rank, local_rank, world_size); starts the process group under torchrun (``backend(device)``: nccl on
+    GPUs, gloo for a run on the CPU)."""
     world = int(os.environ.get("WORLD_SIZE", "1"))
     if world > 1 and not dist.is_initialized():
-        if torch.cuda.is_available():
+        if backend(device) == "nccl":
             torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))  # before any collective (agree's)
-        dist.init_process_group("nccl" if torch.cuda.is_available() else "gloo")
+        dist.init_process_group(backend(device))
     if dist.is_initialized():
         return dist.get_rank(), int(os.environ.get("LOCAL_RANK", "0")), dist.get_world_size()
     return 0, 0, 1

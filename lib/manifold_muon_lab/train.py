@@ -244,7 +244,7 @@ def train(cfg: TrainConfig | dict, resume: bool = True, progress: bool = True, *
     """
     t_start = time.perf_counter()
     cfg = TrainConfig.from_dict(cfg) if isinstance(cfg, dict) else cfg
-    rank, local_rank, world = distributed.setup()
+    rank, local_rank, world = distributed.setup(cfg.device)
 
     def checks() -> str:
         device = _device(cfg, local_rank)

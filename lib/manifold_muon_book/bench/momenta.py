@@ -16,16 +16,24 @@ from __future__ import annotations
 
 import math
 
+import time
+
 import torch
 
 __all__ = ["record_momenta", "spectral_decay", "synthetic_momentum", "correlated"]
 
 
-def record_momenta(steps, preset: str = "cpu", seed: int = 1337, threads: int = 1, **overrides) -> dict:
+PROGRESS_EVERY_S = 10.0
+
+
+def record_momenta(steps, preset: str = "cpu", seed: int = 1337, threads: int = 1, progress: bool = True,
+                   **overrides) -> dict:
     """{step: {name: (W, G, manifold name)}} for the constrained weights of a ``preset`` run (float32, CPU);
     ``overrides`` change the preset's fields (e.g. the width, to record at GPT-2 small's shapes). The run is the
     training loop's own (``manifold_muon_lab.train.Trainer``, in a temporary folder), stopped after the last
-    wanted step; a ``before_update`` hook reads each weight and its momentum just before the optimizer step."""
+    wanted step; a ``before_update`` hook reads each weight and its momentum just before the optimizer step.
+    ``progress``: a line (step, seconds, rate, ETA) every ``PROGRESS_EVERY_S`` seconds and at the end, so that a
+    recording at GPT-2 width is not minutes of silence."""
     import tempfile
 
     from manifold_muon.optim import ManifoldMuon
@@ -49,8 +57,15 @@ def record_momenta(steps, preset: str = "cpu", seed: int = 1337, threads: int = 
             cfg = load_preset(preset, repo_root() / "runs" / "presets" / "training", seed=seed, threads=threads,
                               out_dir=tmp, **overrides)
             trainer = Trainer(cfg, hooks={"before_update": [record]}).setup(resume=False)
-            for _ in range(max(wanted) + 1):
+            total, t0, shown = max(wanted) + 1, time.perf_counter(), time.perf_counter()
+            for k in range(total):
                 trainer.step()
+                now = time.perf_counter()
+                if progress and (now - shown >= PROGRESS_EVERY_S or k + 1 == total):  # something to watch
+                    rate = (k + 1) / (now - t0)
+                    print(f"[record] training step {k + 1} of {total} ({now - t0:.0f} s, {rate:.2f} steps/s, "
+                          f"ETA {(total - k - 1) / rate:.0f} s)", flush=True)
+                    shown = now
             trainer.close()
         return out
     finally:
