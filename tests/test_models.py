@@ -259,3 +259,26 @@ def test_attention_probe_on_uniform_attention():
         assert torch.allclose(layer["entropy"], torch.log(n), atol=1e-5)
         assert torch.allclose(layer["jacobian_fro"], (1 / n - 1 / n**2).sqrt(), atol=1e-6)
         assert torch.allclose(layer["logit_range"], torch.zeros_like(n))
+
+
+def test_rmsnorm_under_bf16_autocast_takes_the_fused_path_and_keeps_float32_exact():
+    """A float32 gain on a bfloat16 input sends rms_norm to its unfused path with a warning on every call
+    (issue 22's dry run); the gain is cast to the input's dtype, which leaves float32 training bit-identical."""
+    import warnings
+
+    import torch.nn.functional as F
+
+    from manifold_muon_lab.models.qwen3 import RMSNorm
+
+    norm = RMSNorm(8, 1e-6)
+    with torch.no_grad():
+        norm.weight.uniform_(0.5, 1.5)
+    x = torch.randn(3, 8)
+    assert torch.equal(norm(x), F.rms_norm(x, (8,), norm.weight, 1e-6))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            y = norm(torch.nn.functional.linear(x, torch.eye(8)))
+    assert y.dtype == torch.bfloat16
+    y.float().sum().backward()
+    assert norm.weight.grad is not None and norm.weight.grad.dtype == torch.float32

@@ -129,7 +129,10 @@ class RMSNorm(nn.Module):
         self.weight = nn.Parameter(torch.ones(dim)) if learnable else None
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return F.rms_norm(x, (self.dim,), self.weight, self.eps)
+        # the gain in x's dtype: under bfloat16 autocast x is bfloat16 and the float32 gain would send rms_norm to
+        # its slower unfused path (with a warning every call); float32 training is unchanged (the cast is a no-op)
+        w = self.weight if self.weight is None or self.weight.dtype == x.dtype else self.weight.to(x.dtype)
+        return F.rms_norm(x, (self.dim,), w, self.eps)
 
 
 class Rotary(nn.Module):
