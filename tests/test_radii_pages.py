@@ -30,6 +30,16 @@ def test_commutation_maps_vec_of_a_matrix_to_vec_of_its_transpose(m, n):
     assert K.T * K == sp.eye(m * n)  # a permutation
 
 
+def test_kron_norm_worst_is_rounding_and_draws_like_the_original_loop():
+    a = np.random.default_rng(3)
+    assert pages.kron_norm_worst(a, 25) < 1e-12
+    c = np.random.default_rng(3)  # the states agree only if the helper drew what the chapter's old loop drew
+    for _ in range(25):
+        Tn, do, di = (int(v) for v in c.integers(1, 9, size=3))
+        c.standard_normal((do, di)); c.choice([0.1, 1.0, 10.0])
+    assert a.bit_generator.state == c.bit_generator.state
+
+
 def test_layer_shapes_keeps_each_shape_once_under_its_first_label():
     from manifold_muon_lab.models.gpt2 import GPTConfig
     from manifold_muon_lab.models.qwen3 import Qwen3Config

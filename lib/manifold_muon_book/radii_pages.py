@@ -3,7 +3,8 @@
 Nothing here decides a verdict. The chapter runs every check it states (the SymPy derivations, the random
 inequality checks, the assertions on each measurement) in its own cells. What is here is plumbing:
 
-* inputs of the checks: ``rms``, ``commutation`` (a commutation matrix for Lemma 2), ``layer_shapes`` (the
+* inputs of the checks: ``rms``, ``commutation`` (a commutation matrix for Lemma 2), ``kron_norm_worst`` (the
+  worst relative error of Lemma 2's two norm identities at random shapes, which the chapter asserts on), ``layer_shapes`` (the
   distinct weight shapes of GPT-2 small and Qwen3-120M), ``radius_cases`` and ``top_singular``;
 * the tables of measurements the chapter asserts on, each drawing from the generator it is given in the order
   the original cells drew (so that moving the loops here changed no number): ``condition_frame``,
@@ -64,6 +65,22 @@ def commutation(m: int, n: int):
         for j in range(n):
             K[i * n + j, j * m + i] = 1
     return K
+
+
+def kron_norm_worst(rng, n: int) -> float:
+    """The largest relative error of ``||W kron I_T||_2 = ||W||_2`` and ``||W kron I_T||_F = sqrt(T) ||W||_F`` over
+    ``n`` random ``(T, D_out, D_in)`` in ``1..8`` and scales 0.1, 1, 10, drawn from ``rng`` in the order the
+    chapter's original loop drew them."""
+    import numpy as np
+
+    worst = 0.0
+    for _ in range(n):
+        Tn, do, di = (int(v) for v in rng.integers(1, 9, size=3))
+        Wn = rng.standard_normal((do, di)) * rng.choice([0.1, 1.0, 10.0])
+        K = np.kron(Wn, np.eye(Tn))
+        worst = max(worst, abs(np.linalg.norm(K, 2) / np.linalg.norm(Wn, 2) - 1),
+                    abs(np.linalg.norm(K) / (np.sqrt(Tn) * np.linalg.norm(Wn)) - 1))
+    return worst
 
 
 def condition_frame(gen):
