@@ -34,7 +34,7 @@ def weights(out_dir):
     return torch.load(Path(out_dir) / "checkpoint.pt", map_location="cpu", weights_only=False)["model"]
 
 
-def test_a_parallel_sweep_matches_the_sequential_one_in_order_and_failure_policy(tmp_path):
+def test_a_parallel_sweep_matches_the_sequential_one_in_order_and_failure_policy(tmp_path, capsys):
     good = [cfg(tmp_path / "par", f"seed{s}", seed=s) for s in (1, 2)]
     bad = cfg(tmp_path / "par", "diverges", divergence_loss_threshold=0.5)
     broken = cfg(tmp_path / "par", "broken")
@@ -42,6 +42,10 @@ def test_a_parallel_sweep_matches_the_sequential_one_in_order_and_failure_policy
     (Path(broken.out_dir) / "checkpoint.pt").write_bytes(b"not a checkpoint")  # a run that fails (RunError)
     results = T.sweep([good[0], bad, broken, good[1]], progress=False, workers=2)
     assert [r["out_dir"] for r in results] == [c.out_dir for c in (good[0], bad, broken, good[1])]  # input order
+    # one line per finished run, also with progress=False (the notebooks' setting), failed runs included
+    lines = [x for x in capsys.readouterr().out.splitlines() if x.startswith("[sweep] ")]
+    assert [x.split(" (")[0] for x in lines] == [f"[sweep] {k} of 4 runs done" for k in range(1, 5)]
+    assert any("diverged at step 0" in x for x in lines) and all("min left" in x for x in lines)
     assert results[1]["status"] == "diverged at step 0"
     assert results[2]["status"].startswith("failed: RunError: checkpoint") and "unreadable" in results[2]["status"]
     assert results[0]["status"] == results[3]["status"] == "completed"

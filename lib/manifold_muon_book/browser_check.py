@@ -59,6 +59,11 @@ SCREENSHOTS = {
     "chapters/04_solver.html#fig-lean-picture": "chapter_04_lean_picture.png",
     "chapters/05_five_assignments.html#tab-solver-training": "chapter_05_solver_training.png",
     "chapters/05_five_assignments.html#tab-spread-main": "chapter_05_table.png",
+    "chapters/03_dual_ascent.html": "chapter_03.png",
+    "chapters/04_solver.html": "chapter_04.png",
+    "chapters/07_spectral_evidence.html": "chapter_07.png",
+    "chapters/11_normalization_free.html": "chapter_11.png",
+    "chapters/13_benchmarks.html": "chapter_13.png",
     "book/claims.html": "claims_page.png",
     "book/claims.html#claims-table": "claims_table.png",
 }

@@ -41,6 +41,7 @@ import os
 import signal
 import sys
 import threading
+import time
 import traceback
 from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 from concurrent.futures.process import BrokenProcessPool
@@ -86,8 +87,32 @@ def _failure(cfg: TrainConfig, e: BaseException) -> dict:
     return {"status": f"failed: {type(e).__name__}: {e}", "out_dir": cfg.out_dir}
 
 
+class _Tally:
+    """One line per finished run, whatever ``progress`` says (that switch is for the per-step lines): which
+    run, how it ended, and an estimate of the time left, so that a sweep inside a notebook is something to watch."""
+
+    def __init__(self, total: int, workers: int):
+        self.total, self.workers, self.done, self.t0 = total, workers, 0, time.perf_counter()
+
+    def __call__(self, cfg, result: dict | None) -> None:
+        self.done += 1
+        elapsed = time.perf_counter() - self.t0
+        left = elapsed / self.done * (self.total - self.done)
+        status = str((result or {}).get("status", "?"))
+        loss = (result or {}).get("last_loss")
+        what = status + (f", last loss {loss:.4g}" if isinstance(loss, float) else "")
+        print(f"[sweep] {self.done} of {self.total} runs done ({_short(cfg.out_dir)}: {what}); "
+              f"{elapsed / 60:.1f} min so far, about {left / 60:.1f} min left", flush=True)
+
+
+def _short(out_dir) -> str:
+    """The last three parts of a run's folder (study / assignment / seed), enough to tell runs apart."""
+    parts = Path(str(out_dir)).parts
+    return "/".join(parts[-3:]) if parts else str(out_dir)
+
+
 def _sequential(cfgs: list, resume: bool, progress: bool, optimizers: dict) -> list[dict]:
-    results = []
+    results, tally = [], _Tally(len(cfgs), 1)
     for c in cfgs:
         try:
             results.append(_train_checked(c, resume, progress, None, optimizers, device=_device(c, 0)))
@@ -96,6 +121,7 @@ def _sequential(cfgs: list, resume: bool, progress: bool, optimizers: dict) -> l
         except Interrupted as e:
             e.results = results
             raise
+        tally(c, results[-1])
     return results
 
 
@@ -153,6 +179,7 @@ def _parallel(cfgs: list, resume: bool, progress: bool, workers: int, optimizers
     results: list = [None] * len(cfgs)
     todo, pool = list(range(len(cfgs))), []
     bug, stopped, received = None, None, []
+    tally = _Tally(len(cfgs), workers)
 
     def on_term(signum, frame):
         received.append(signum)
@@ -210,6 +237,8 @@ def _parallel(cfgs: list, resume: bool, progress: bool, workers: int, optimizers
                 results[i] = result
                 if kind == "interrupted":
                     stopped = stopped or signum
+                elif stopped is None:
+                    tally(cfgs[i], result)
     finally:
         for w in busy():  # only when this loop itself failed: stop the runs at a boundary
             w.terminate_run()
