@@ -274,12 +274,28 @@ def test_a_notebook_s_output_is_forwarded_and_the_kernel_uses_local_sockets(tmp_
     (tmp_path / "_config.yml").write_text("title: t\n")
     (tmp_path / "runs").mkdir()
     nb = nbformat.v4.new_notebook()
-    nb.cells = [nbformat.v4.new_code_cell("import sys\nprint('[train] step 1/2')\nprint('[train] step 2/2', file=sys.stderr)")]
+    pid_file = tmp_path / "kernel.pid"
+    nb.cells = [nbformat.v4.new_code_cell("import os, sys\nprint('[train] step 1/2')\nprint('[train] step 2/2', file=sys.stderr)\n"
+                                          f"open({str(pid_file)!r}, 'w').write(str(os.getpid()))")]
     nbformat.write(nb, tmp_path / "runs" / "t.ipynb")
     _execute(tmp_path / "runs" / "t.ipynb", tmp_path / "runs" / "out.ipynb", tmp_path / "runs", None)
     err = capfd.readouterr().err
     assert "[train] step 1/2" in err and "[train] step 2/2" in err
     assert "without encryption" not in err and "Executing Cell" not in err
+    # the page's kernel is shut down when it has run (it used to linger until the pipeline exited)
+    import os
+    import time
+
+    pid, deadline = int(pid_file.read_text()), time.time() + 10
+    def alive():
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return False
+        return not open(f"/proc/{pid}/stat").read().split(")")[-1].split()[0] == "Z"  # a zombie is gone
+    while alive() and time.time() < deadline:
+        time.sleep(0.1)
+    assert not alive(), "the kernel outlived its page"
 
 
 def test_runs_share_no_gpu_unless_told(monkeypatch):

@@ -315,9 +315,20 @@ def _execute(src: Path, dst: Path, cwd: Path, parameters: dict | None, timeout: 
         raise
     finally:
         _WORKING.discard(tmp)
+        _shutdown(km)
         shutil.rmtree(sockets, ignore_errors=True)
     os.replace(tmp, dst)
     return time.perf_counter() - t0
+
+
+def _shutdown(km) -> None:
+    """Stop the page's kernel now that it has run: papermill leaves a kernel it was handed (``km``) running,
+    and each then lingered until this process exited (one per page, printing "Parent appears to have exited")."""
+    try:
+        if km.has_kernel:
+            km.shutdown_kernel(now=False)
+    except Exception:  # noqa: BLE001 - best effort: an interrupt may have taken the kernel down already
+        pass
 
 
 class _CellOutput(logging.Filter):
