@@ -8,7 +8,7 @@ SCALE ?= cpu
 export PATH := $(CURDIR)/$(BIN):$(PATH)
 export PYTHONHASHSEED := 0
 
-.PHONY: help install book html chapters runs reproduce gpu-dry test test-lib test-wheel test-pages-native test-pages-portable test-browser test-workflow browser bench clean
+.PHONY: help install book html chapters runs reproduce gpu-dry test test-wheel test-pages-native test-pages-portable test-browser test-workflow browser bench clean
 
 help:  ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed -E 's/:.*## /\t/'
@@ -63,20 +63,14 @@ NBVAL = $(PY) -m pytest --nbval $(PAGES) -p manifold_muon_book.nbval_figures \
 # other code paths, as another CPU would. The stored outputs must pass under both.
 PORTABLE_ENV = MKL_CBWR=COMPATIBLE ATEN_CPU_CAPABILITY=default
 
-# Three lanes at once (the library tests wait on subprocesses and signals much of their time, the two nbval
-# passes are CPU-bound): on 2 cores this takes about the longest lane instead of their sum. Each lane's output
-# is printed whole when it ends (--output-sync), so a failure reads as it would alone.
 test: install browser  ## lib tests, the wheel, nbval on the pages (two numerics personalities), smoke and gpu-dry runs, quick benchmarks, the book in a browser
-	@echo "make test: three lanes in parallel (test-lib, test-pages-native, test-pages-portable); each prints when it ends"
-	$(MAKE) --no-print-directory -j3 --output-sync=target test-lib test-pages-native test-pages-portable
-	$(MAKE) --no-print-directory test-workflow test-browser
-
-test-lib: install  ## the packages' tests, the wheel, every run notebook at smoke and gpu-dry, the quick benchmarks
 	$(PY) -m pytest tests
 	$(MAKE) --no-print-directory test-wheel
+	$(MAKE) --no-print-directory -j2 --output-sync=target test-pages-native test-pages-portable
 	$(PY) -m manifold_muon_book.pipeline smoke
 	$(MAKE) --no-print-directory gpu-dry
 	$(PY) -m manifold_muon_book.bench --quick --out runs/_smoke/bench
+	$(MAKE) --no-print-directory test-workflow test-browser
 
 WHEEL_DIR := build/wheel
 test-wheel: install  ## build the optimizer library's wheel, install it alone in a fresh virtualenv, run its README example
