@@ -644,6 +644,21 @@ def _reports(e: BaseException, rank: int) -> bool:
     return rank == 0 or not distributed.is_peer_failure(e)
 
 
+LINGER_S = 60.0
+
+
+def _outlive_rank_0(code: int) -> None:
+    """A rank > 0 that found what rank 0 finds too (a bad preset, before any collective) waits for torchrun's
+    SIGTERM, which comes once rank 0 has exited, and then exits ``code``: had it exited first, torchrun would
+    have sent SIGTERM to a rank 0 still starting, which would end with 143 and no sentence (seen under load)."""
+    if int(os.environ.get("WORLD_SIZE", "1")) <= 1:
+        return
+    _AT_ONCE.update(note="", code=code)  # the SIGTERM handler exits with code, silently
+    deadline = time.monotonic() + LINGER_S
+    while time.monotonic() < deadline:
+        time.sleep(0.05)
+
+
 def main(argv=None) -> dict:
     rank = int(os.environ.get("RANK", "0"))
     ap = argparse.ArgumentParser(prog=_PROG, description=__doc__.split("\n\n")[0],
@@ -683,6 +698,8 @@ def main(argv=None) -> dict:
             raise
         if rank == 0:  # every rank reads the same preset: one says what is wrong
             print(f"{ap.prog}: error: {_one_line(e)}", file=sys.stderr, flush=True)
+        else:
+            _outlive_rank_0(2)
         sys.exit(2)
     try:
         summary = train(cfg, resume=not args.no_resume, progress=not args.no_progress,
