@@ -233,3 +233,21 @@ def test_the_iterating_paths_read_the_host_per_shape_not_per_weight(inner, manif
                 opt.step()
         return ops.counts["sync"]
     assert reads(5) == reads(1)
+
+
+@pytest.mark.parametrize("name", ["stiefel", "dgram"])
+@pytest.mark.parametrize("rank", [2, 5])
+def test_lean_direction_is_feasible_on_low_rank_gradients(name, rank):
+    """A low-rank gradient leaves C rank-deficient: the picture's C^T C must describe the float32 C that is
+    multiplied at the end, or msign's 1/s amplifies float32 rounding into ||A||_op > 1 (seen with a float32
+    C^T C: 1 + 6e-4)."""
+    M = get_manifold(name)
+    worst = 0.0
+    for shape in [(40, 16), (16, 40), (12, 5)]:
+        for seed in range(10):
+            g = torch.Generator().manual_seed(1000 * seed + shape[0])
+            W = M.random_point(shape, generator=g)
+            G = spectrum_momentum(shape, g, rank=rank)
+            A = lean_solve(W, G, M.gram_projector, steps=1, diagonal=True).matrix().double()
+            worst = max(worst, float(torch.linalg.matrix_norm(A, ord=2)) - 1)
+    assert worst <= 1e-5
