@@ -294,16 +294,13 @@ def gram_picture(W, G, P, dtype=torch.float64, products=torch.float64, diagonal:
     if W.size(-2) == W.size(-1):  # square: range(W) is everything, C = 0 exactly (what is left is rounding)
         C = torch.zeros_like(G64)
         R = torch.zeros_like(D)
-    elif products != torch.float64:
-        # float32 products (the lean solve): R is the Gram matrix of the C that is stored and multiplied at the
-        # end, formed in float64. msign amplifies a direction of singular value s by 1/s, so where C is
-        # rank-deficient (a low-rank gradient) R must describe that C below float32's rounding, or the A it
-        # certifies feasible is not (measured: a float32 C^T C let ||A||_op reach 1 + 6e-4 on rank-2 gradients)
-        C = (G64 - W64 @ K0).to(W.dtype)
-        C64 = C.to(torch.float64)
-        R = _sym(C64.mT @ C64)
     else:
         C = G64 - W64 @ K0
+        # float32 products (the lean solve): R is still formed in float64, as the Gram matrix of exactly the C
+        # that is stored and multiplied at the end. msign amplifies a direction of singular value s by 1/s, so
+        # where C is rank-deficient (a low-rank gradient) R must describe that C below float32's rounding, or
+        # the A it certifies feasible is not (measured: a float32 C^T C let ||A||_op reach 1 + 6e-4 on rank 2)
+        C = C.to(torch.float64)
         R = _sym(C.mT @ C)
     return GramPicture(W, C.to(W.dtype), D.to(dtype), K0.to(dtype), R.to(dtype), P, diagonal)
 
