@@ -379,7 +379,8 @@ def matrix_step(opt, group: dict, shape) -> Cost:
                 c.dec("eigh", small, small, 2)
                 c.dec("eigvalsh", small, small)
                 c.mm(2 * LEAN_N3 * small ** 3, small, "float64")
-                c.mm(12 * big * small * small, small, "float32")
+                c.mm(10 * big * small * small, small, "float32")
+                c.mm(2 * big * small * small, small, "float64")          # R = C^T C of the stored float32 C
         else:  # gram_admm (and exact: its ADMM stage at the cap, the Newton stage not counted)
             c.mm(8 * big * small * small, small, "float64")             # the Gram blocks D, W^T G, C, R
             c.mm(4 * big * small * small, small, "float32")             # the final W a + C b

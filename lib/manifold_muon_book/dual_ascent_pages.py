@@ -165,9 +165,13 @@ def eta_table(ratio: dict) -> pd.DataFrame:
 
 
 def stay_table(stay: dict):
-    """The final violation per alpha on the square exact W at n = 64, as orders of magnitude."""
-    col = "final ||H||_RMS (n = 64, square, exact W)"
-    return stated_table(pd.DataFrame({"alpha": list(stay), col: list(stay.values())}), {"alpha": ".2f", col: "magnitude"})
+    """The square exact W at n = 64 after 100 steps, per alpha: how many seeds end below 1e-5 (still at rounding)
+    and above 1e-4 (climbed). Counts against two bounds, not digits: the finals are rounding, amplified or not,
+    and their digits differ between CPUs. ``stay`` maps alpha to the per-seed final violations."""
+    rows = [{"alpha": alpha, "seeds": len(h), "final ||H||_RMS < 1e-5": int((h < 1e-5).sum()),
+             "final ||H||_RMS > 1e-4": int((h > 1e-4).sum())} for alpha, h in stay.items()]
+    return stated_table(pd.DataFrame(rows), {"alpha": ".2f", "seeds": "d", "final ||H||_RMS < 1e-5": "d",
+                                            "final ||H||_RMS > 1e-4": "d"})
 
 
 def das_sweep_table(sweep_t: pd.DataFrame):
@@ -213,11 +217,13 @@ def reason_da06(best64: float, at001: float, ex_best: float, ex_at001: float) ->
             f"Neither reproduces the numbers.")
 
 
-def reason_da08(peak01, peak_step01, at01, checks_08, ex_peak01, ex_peak_step01, ex_at01, checks_08_exact) -> str:
+def reason_da08(peak01, peak_step01, at01, checks_08) -> str:
     return (f"n = 64, alpha = 0.1, criterion: peak within 2x of 8e-2 at steps 5..20 and final within 2x of 5e-3. "
-            f"Newton-Schulz W: peak {peak01:.1e} at step {peak_step01}, final {at01:.1e} ({sum(checks_08)} of 3 hold). "
-            f"Exact W: peak of order {magnitude(ex_peak01):.0e} at step {ex_peak_step01}, final of order "
-            f"{magnitude(ex_at01):.0e} ({sum(checks_08_exact)} of 3 hold).")
+            f"Newton-Schulz W (the post's construction, as we read it): peak {peak01:.1e} at step {peak_step01}, final "
+            f"{at01:.1e} ({sum(checks_08)} of 3 hold). Exact W (the other reading): the curve is amplified float32 "
+            f"rounding, its peak below 4e-2 on every seed's median (so the peak check fails whatever the CPU), between "
+            f"steps 10 and 25, and its final between 5e-4 and 3e-2; where in those ranges, and so whether the final "
+            f"check holds, depends on the CPU's arithmetic, so that reading is counted only by its peak.")
 
 
 def reason_da07(best768: float, a001_768: float, checks_07) -> str:
@@ -259,18 +265,18 @@ def reason_da12(factor_768, factor_512, best_lo, best_hi, raw_best, falls_with_a
                "Our sweep's final violation (tall exact W) is not monotone in alpha at every size."))
 
 
-def reason_da13(final01_all, drift_final, sweep_t, post_final_lo, post_final_hi) -> str:
+def reason_da13(final01_all, sweep_t, post_final_lo, post_final_hi) -> str:
     return (f"100 steps at alpha = 0.1 end between {float(final01_all.min()):.1e} and {float(final01_all.max()):.1e} "
             f"on n = 16..128 (criterion: within 3x of 1e-3 at every size); a square exact W drifts from rounding to "
-            f"order {magnitude(drift_final):.0e} at n = 64. At GPT-2 small's shapes on recorded momenta: "
+            f"between 5e-4 and 3e-2 at n = 64 (amplified rounding: a range, its median moves between CPUs). At GPT-2 small's shapes on recorded momenta: "
             f"{float(sweep_t['alpha 0.1 final'].min()):.1e} to {float(sweep_t['alpha 0.1 final'].max()):.1e} on the rescaled "
             f"momentum and {post_final_lo:.1e} to "
             f"{post_final_hi:.1e} with the post's alpha on the raw one.")
 
 
-def reason_ra01(moved: float, rel_fd: float, rf) -> str:
-    return (f"Moving the singular values of W - eta A leaves msign unchanged to rounding (order {magnitude(moved):.0e}), and the "
-            f"derivative keeps only the skew part of U^T E V (finite differences agree to order {magnitude(rel_fd):.0e}). The effect is modest: the "
+def reason_ra01(rf) -> str:
+    return (f"Moving the singular values of W - eta A leaves msign unchanged to float64 rounding (below 1e-12), and the "
+            f"derivative keeps only the skew part of U^T E V (finite differences agree to below 1e-9). The effect is modest: the "
             f"retraction removes a factor {float(rf.min()):.1f} to {float(rf.max()):.1f} of the weight error.")
 
 

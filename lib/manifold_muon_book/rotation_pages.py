@@ -38,7 +38,7 @@ __all__ = ["VERDICT_REASONS", "TABLE9", "show_claims", "macro_step", "unprojecte
            "glue_rotation", "random_alphas", "rotation_error_figure", "orth", "principal_angle_errors", "top_vectors", "dist",
            "random_pair", "wedin_sweep", "glue_wedin", "climb", "leading", "sin_angle", "sphere_point", "spectral_instances",
            "glue_spectral", "wedin_figure", "frob_angle", "train_toy", "toy_statistics", "glue_toy", "toy_figure", "least_squares_run",
-           "decay_after_run", "wd_comparison", "order_comparison", "weyl_frame", "wd_table", "order_table", "defazio_simulation"]
+           "decay_after_run", "wd_comparison", "order_comparison", "weyl_frame", "weyl_table", "wd_table", "order_table", "defazio_simulation"]
 
 
 # The reasons of the chapter's verdict boxes, word for word as they render (the chapter passes each to
@@ -140,7 +140,7 @@ VERDICT_REASONS = {
     "B-ML-03": (
         r"By Weyl, $|\sigma_i(W') - (1 - \eta\lambda)\sigma_i(W)| \le \eta a \|O\|_2$: exactly $\eta$ for square matrices "
         r"and exact msign; {glue:text}`weyl_tall:.3f` $\eta$ for the tall matrix with shape factor 2 and "
-        r"{glue:text}`weyl_ns:.3f` $\eta$ with bf16 Newton-Schulz. The decay factor $(1 - \eta\lambda)$ shrinks every "
+        r"{glue:text}`weyl_ns:.1f` $\eta$ with bf16 Newton-Schulz. The decay factor $(1 - \eta\lambda)$ shrinks every "
         r"singular value."
     ),
     "P-WD-01": (
@@ -737,6 +737,16 @@ def weyl_frame(gen, lr=0.02, wd=0.1):
                              max_change_over_eta=float((s1 - (1 - lr * wd) * s0).abs().max()) / lr,
                              shape_factor=math.sqrt(max(1, shape[0] / shape[1]))))
     return pd.DataFrame(rows)
+
+
+def weyl_table(weyl):
+    """``weyl_frame`` as shown: one row per shape, the exact ``msign`` to three decimals, bf16 Newton-Schulz to one.
+    The bf16 rows move in their third decimal between CPUs (1.133 / 1.134 and 2.088 / 2.091 on two of them):
+    bf16 products round differently under other kernels, so one decimal is what they state."""
+    wide = weyl.pivot(index="shape", columns="msign", values="max_change_over_eta").loc[weyl["shape"].unique()]
+    shown = pd.DataFrame({"shape": wide.index, "shape_factor": weyl.groupby("shape")["shape_factor"].first()[wide.index].values,
+                          "exact msign (svd)": wide["svd"].values, "bf16 Newton-Schulz": wide["newton_schulz"].values})
+    return stated_table(shown, {"shape_factor": "g", "exact msign (svd)": ".3f", "bf16 Newton-Schulz": ".1f"})
 
 
 def wd_table(wd_frame, rescaling):
