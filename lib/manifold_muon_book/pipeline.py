@@ -323,10 +323,14 @@ def _execute(src: Path, dst: Path, cwd: Path, parameters: dict | None, timeout: 
 
 def _shutdown(km) -> None:
     """Stop the page's kernel now that it has run: papermill leaves a kernel it was handed (``km``) running,
-    and each then lingered until this process exited (one per page, printing "Parent appears to have exited")."""
+    and each then lingered until this process exited (one per page, printing "Parent appears to have exited").
+    A shutdown request, then (after jupyter_client's wait) a kill: not ``shutdown_kernel``, which interrupts the
+    kernel first, so that every page printed "[IPKernelApp] ERROR | KeyboardInterrupt caught in kernel"."""
     try:
         if km.has_kernel:
-            km.shutdown_kernel(now=False)
+            km.request_shutdown()
+            km.finish_shutdown()
+            km.cleanup_resources()
     except Exception:  # noqa: BLE001 - best effort: an interrupt may have taken the kernel down already
         pass
 
