@@ -126,3 +126,29 @@ def test_remez_gives_the_equioscillating_quintic():
     err = np.abs(1 - ms.quintic(s, a, b, c))
     assert err.max() == pytest.approx(E, rel=1e-6)
     assert math.isclose(abs(1 - ms.quintic(0.1, a, b, c)), E, rel_tol=1e-9)
+
+
+@pytest.mark.parametrize("shape", SHAPES)
+def test_the_paper_schedule_maps_singular_values_through_its_published_quintics(shape):
+    """polar_express_paper: G / (1.01 ||G||_F), then the paper's quintics (the first seven shrunk by 1.01, the
+    eighth repeated): predicted and measured spectra agree, and ten float64 steps reach 1 to rounding."""
+    G = torch.randn(*shape, dtype=torch.float64)
+    O = ms.msign(G, method="polar_express_paper", steps=10)
+    s = (torch.linalg.svdvals(G) / G.norm(dim=(-2, -1), keepdim=True).squeeze(-1)).numpy() / 1.01
+    for k in range(10):
+        a, b, c = ms.PAPER_COEFFS[min(k, 7)]
+        shrink = 1.01 if k < 7 else 1.0
+        s = ms.quintic(s, a / shrink, b / shrink**3, c / shrink**5)
+    measured = np.sort(torch.linalg.svdvals(O).numpy(), axis=-1)
+    assert np.abs(np.sort(np.abs(s), axis=-1) - measured).max() < 1e-6
+    sv = torch.linalg.svdvals(G)
+    well = sv.amin(-1) > 1e-2 * sv.amax(-1)  # singular values well inside the schedule's [1e-3, 1]
+    assert (ms.singular_value_error(O)[well] < 1e-6).all()
+
+
+def test_the_post_s_msign_is_the_paper_schedule_for_ten_bfloat16_steps():
+    assert (ms.POST_MSIGN.method, ms.POST_MSIGN.steps, ms.POST_MSIGN.dtype) == ("polar_express_paper", 10, torch.bfloat16)
+    G = torch.randn(128, 64, generator=torch.Generator().manual_seed(0))  # tall: well conditioned
+    err16 = float(ms.singular_value_error(ms.POST_MSIGN(G).float()))
+    err32 = float(ms.singular_value_error(ms.msign(G, "polar_express_paper", 10, torch.float32)))
+    assert err32 < 1e-5 < 1e-3 < err16 < 3e-2  # bfloat16 leaves its singular values about 1e-2 off 1

@@ -11,6 +11,11 @@ Three ways to compute it (``METHODS``), all batched over leading dimensions:
 * ``polar_express``  a different odd quintic at every step, each the minimax (equioscillating)
                      approximation of 1 on the interval the previous step left (Amsel et al., "The Polar
                      Express", 2025). The coefficients are computed here by the Remez exchange algorithm.
+* ``polar_express_paper``  the coefficient schedule the Polar Express paper publishes (``PAPER_COEFFS``:
+                     eight quintics, the first seven shrunk by the safety factor 1.01, the last, 15/8 x - 10/8 x^3
+                     + 3/8 x^5, repeated from the eighth step on, so that singular values converge to 1). It is
+                     the msign of Bernstein's Manifold Muon reference and of the blog post's code, which run it
+                     for 10 steps in bfloat16 (``POST_MSIGN``).
 
 ``DEFAULT`` is the one msign every optimizer of the package uses unless told otherwise.
 The iterative methods run in ``dtype`` (default: the input's) and return that dtype.
@@ -27,11 +32,24 @@ import torch
 
 from ._checks import check_matrix
 
-__all__ = ["JORDAN_COEFFS", "METHODS", "MsignSpec", "DEFAULT", "msign", "msign_svd", "msign_newton_schulz",
-           "msign_polar_express", "polar_express_coefficients", "quintic", "singular_value_error"]
+__all__ = ["JORDAN_COEFFS", "PAPER_COEFFS", "METHODS", "MsignSpec", "DEFAULT", "POST_MSIGN", "msign", "msign_svd",
+           "msign_newton_schulz", "msign_polar_express", "msign_polar_express_paper", "polar_express_coefficients",
+           "quintic", "singular_value_error"]
 
 JORDAN_COEFFS = (3.4445, -4.7750, 2.0315)
-METHODS = ("newton_schulz", "polar_express", "svd")
+# The Polar Express paper's published schedule (Amsel, Persson, Musco and Gower 2025, for singular values in
+# [1e-3, 1] after normalisation), as Bernstein's reference code and the post's code use it.
+PAPER_COEFFS = (
+    (8.28721201814563, -23.595886519098837, 17.300387312530933),
+    (4.107059111542203, -2.9478499167379106, 0.5448431082926601),
+    (3.9486908534822946, -2.908902115962949, 0.5518191394370137),
+    (3.3184196573706015, -2.488488024314874, 0.51004894012372),
+    (2.300652019954817, -1.6689039845747493, 0.4188073119525673),
+    (1.891301407787398, -1.2679958271945868, 0.37680408948524835),
+    (1.8750014808534479, -1.2500016453999487, 0.3750001645474248),
+    (1.875, -1.25, 0.375),
+)
+METHODS = ("newton_schulz", "polar_express", "polar_express_paper", "svd")
 
 
 @dataclass(frozen=True)
@@ -56,6 +74,9 @@ class MsignSpec:
 # The package's default msign: five Polar Express steps in the input's precision. Five steps leave
 # singular values that start above 1e-3 of the Frobenius norm within about 0.1 of 1 (chapter 01).
 DEFAULT = MsignSpec("polar_express", 5, None)
+# The blog post's msign, as its code runs it (and Bernstein's Manifold Muon reference): the paper's Polar Express
+# schedule, 10 steps, in bfloat16 (returned in the input's dtype by ``ManifoldMuon``'s solvers).
+POST_MSIGN = MsignSpec("polar_express_paper", 10, torch.bfloat16)
 
 
 def quintic(x, a: float, b: float, c: float):
@@ -168,6 +189,16 @@ def msign_polar_express(G: torch.Tensor, steps: int = 5, dtype: torch.dtype | No
     return _iterate(G, polar_express_coefficients(steps, l0), dtype, eps, 1.01)
 
 
+def msign_polar_express_paper(G: torch.Tensor, steps: int = 10, dtype: torch.dtype | None = None,
+                              eps: float = 1e-7) -> torch.Tensor:
+    """The Polar Express paper's published schedule (``PAPER_COEFFS``) for ``steps`` steps: G / (1.01 ||G||_F), the
+    first seven quintics shrunk by the safety factor 1.01 (as the paper does; the last is not), the eighth repeated."""
+    if not 1 <= steps < 100:
+        raise ValueError(f"steps must be >= 1 (and < 100), got {steps}")
+    safe = [(a / 1.01, b / 1.01**3, c / 1.01**5) for a, b, c in PAPER_COEFFS[:-1]] + [PAPER_COEFFS[-1]]
+    return _iterate(G, [safe[min(k, len(safe) - 1)] for k in range(steps)], dtype, eps, 1.01)
+
+
 def msign(G: torch.Tensor, method: str = DEFAULT.method, steps: int = DEFAULT.steps,
           dtype: torch.dtype | None = DEFAULT.dtype) -> torch.Tensor:
     """msign(G) by ``method`` in METHODS; ``steps`` and ``dtype`` apply to the iterative methods."""
@@ -177,6 +208,8 @@ def msign(G: torch.Tensor, method: str = DEFAULT.method, steps: int = DEFAULT.st
         return msign_newton_schulz(G, steps=steps, dtype=dtype)
     if method == "polar_express":
         return msign_polar_express(G, steps=steps, dtype=dtype)
+    if method == "polar_express_paper":
+        return msign_polar_express_paper(G, steps=steps, dtype=dtype)
     raise ValueError(f"unknown msign method {method!r}; choose one of {', '.join(METHODS)}")
 
 

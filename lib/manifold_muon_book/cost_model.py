@@ -588,12 +588,10 @@ def _noise(preset, presets):  # runs/msign_tolerance.md
             for s in preset["seeds"] for eps in preset["noise"]]
 
 
-def _solvers(preset, presets):  # runs/solver_training.md
-    from manifold_muon_lab.config import load_preset
+def _solvers(preset, presets):  # runs/solver_training.md: the trainings its notebook enumerates
+    from .solver_runs import configs
 
-    return [Training(load_preset(preset["training_preset"], presets, **preset.get("overrides", {}), assignment=a,
-                                 seed=s, optimizer={"inner": inner}), None, preset["common_eval_batches"])
-            for s in preset["seeds"] for a in preset["assignments"] for inner in preset["solvers"]]
+    return [Training(cfg, None, preset["common_eval_batches"]) for cfg in configs(preset, presets)]
 
 
 def _grid(preset, presets):  # paper_runs.run_grid (the notebooks that call grid_notebook)

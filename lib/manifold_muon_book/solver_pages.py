@@ -393,20 +393,31 @@ def solver_table_rows(table_b: dict):
     st["eigh"] = st["ops"].map(lambda o: o.get("eigh", 0) + o.get("eigvalsh", 0))
     st["syncs"] = st["ops"].map(lambda o: o.get("sync", 0))
     st["products (m x n)"] = st["ops"].map(lambda o: o.get("matmul_full", 0))
+    for col in ("e_W_steady_lr0.02", "muon_e_W_steady_lr0.02", "steady_steps"):
+        if col not in st:
+            st[col] = float("nan")
+    st["e_W / Muon's"] = st["e_W_lr0.02"] / st["muon_e_W_lr0.02"]
+    st["settled / Muon's"] = st["e_W_steady_lr0.02"] / st["muon_e_W_steady_lr0.02"]
+    # the accuracy target, as the benchmark judges it: on the settled e_W where measured, else the transient one
+    settled = st["e_W_steady_lr0.02"].notna()
+    st["judged e_W"] = st["e_W_steady_lr0.02"].where(settled, st["e_W_lr0.02"])
+    st["judged bar"] = (2 / 3 * st["muon_e_W_steady_lr0.02"].where(settled, st["muon_e_W_lr0.02"])).clip(upper=0.01)
     lean = st[st["variant"] == "lean"].copy()
-    lean["e_W / Muon's"] = lean["e_W_lr0.02"] / lean["muon_e_W_lr0.02"]
     return st, lean
 
 
 def lean_table(lean: pd.DataFrame):
     """The lean step's rows as the page shows them (e_W in percent; "no reference" where none is certified)."""
-    show = lean[["shape", "manifold", "ratio", "e_W_lr0.02", "muon_e_W_lr0.02", "e_W / Muon's", "gap", "eigh",
-                 "products (m x n)", "syncs"]].rename(columns={"ratio": "x Muon fp32", "e_W_lr0.02": "e_W lr .02 (%)",
-                                                              "muon_e_W_lr0.02": "Muon's e_W (%)", "gap": "certified gap"})
-    show["e_W lr .02 (%)"] *= 100
-    show["Muon's e_W (%)"] *= 100
-    for col, fmt in [("e_W lr .02 (%)", ".2f"), ("Muon's e_W (%)", ".2f"), ("e_W / Muon's", ".1f")]:  # no certified reference:
+    show = lean[["shape", "manifold", "ratio", "e_W_lr0.02", "muon_e_W_lr0.02", "e_W / Muon's", "e_W_steady_lr0.02",
+                 "settled / Muon's", "gap", "eigh", "products (m x n)", "syncs"]].rename(
+        columns={"ratio": "x Muon fp32", "e_W_lr0.02": "e_W step 6 (%)", "muon_e_W_lr0.02": "Muon's e_W (%)",
+                 "e_W / Muon's": "step 6 / Muon's", "e_W_steady_lr0.02": "e_W settled (%)", "gap": "certified gap"})
+    for col in ("e_W step 6 (%)", "Muon's e_W (%)", "e_W settled (%)"):
+        show[col] *= 100
+    for col, fmt in [("e_W step 6 (%)", ".2f"), ("Muon's e_W (%)", ".2f"), ("step 6 / Muon's", ".1f"),
+                     ("e_W settled (%)", ".2f"), ("settled / Muon's", ".2f")]:  # no certified reference:
         show[col] = show[col].map(lambda v: "no reference" if pd.isna(v) else format(v, fmt))  # square DGram, Oblique at 768
+    show = show.rename(columns={"e_W step 6 (%)": "e_W lr .02, step 6 (%)"})
     return stated_table(show, {"x Muon fp32": ".1f", "certified gap": "magnitude", "eigh": "d", "products (m x n)": "d",
                                "syncs": "d"})
 
@@ -414,7 +425,10 @@ def lean_table(lean: pd.DataFrame):
 def lean_picture_figure(st: pd.DataFrame):
     """Accuracy (e_W as a multiple of Muon's own) against cost (x a float32 Muon step), every solver and shape."""
     pic_rows = st[st["e_W_lr0.02"].notna()].copy()
-    pic_rows["e_W / Muon's"] = pic_rows["e_W_lr0.02"] / pic_rows["muon_e_W_lr0.02"]
+    settled = st[st["settled / Muon's"].notna()].copy()     # the tracked solves once settled: a point of their own
+    settled["variant"] = settled["variant"] + ", settled"
+    settled["e_W / Muon's"] = settled["settled / Muon's"]
+    pic_rows = pd.concat([pic_rows, settled], ignore_index=True)
     pic_rows["e_W / Muon's"] = pic_rows["e_W / Muon's"].clip(lower=1e-4)
     fig, ax = _plt().subplots(figsize=(7, 4))
     _sns().scatterplot(data=pic_rows, x="ratio", y="e_W / Muon's", hue="variant", style="manifold", s=60, ax=ax)

@@ -14,9 +14,22 @@ side is at most ``ref_max_n``, e_W = ||W+ - W+*|| / ||W+*|| at lr 0.02 and 0.1 a
 W - lr A* with A* certified in float64 by ``exact_solve`` (gap <= 1e-9 asked; recorded as ``ref_gap``), next to Muon's own e_W on the same momentum
 (||lr (NS5(G) - msign(G))|| / ||W - lr msign(G)||). Variants: ``lean``, ``gram_admm`` (the default), ``exact``
 (``inner="exact"``: warm ADMM then Newton on the dual, to a certified gap of 1e-6) and ``post`` (``inner="post"``).
+
+The lean solves track the dual across optimizer steps, so their e_W depends on how long they have tracked: after the
+few steps above (``warmup + repeats + 1``, six in the full table) they are still in their start-up transient. Where
+the reference exists, the lean variants (``lean``, the default of one ADMM iteration a step, and ``lean3``, three)
+are also run along the same stream continued to ``steady`` steps (64 in the full table; the first steps are the
+ones above), and ``e_W_steady_lr0.02`` is measured at its last momentum against a second certified reference,
+next to Muon's own e_W on that momentum (``muon_e_W_steady_lr0.02``). Measured on this stream (384 x 128
+Stiefel, 2026-12-03): one ADMM iteration a step gives 1.68, 1.15, 0.87 and 0.84 times Muon's e_W after 6, 20, 40
+and 100 steps; the error settles after about 40.
+
 Targets checked for ``lean`` (``target``, issue 19): ratio <= 2.5 (square Stiefel <= 1.5 with gap <= 1e-6; square DGram
-and Oblique <= 3), e_W at lr 0.02 <= 1% and <= 2/3 of Muon's. ``main`` returns the misses; the command
-``python -m manifold_muon_book.bench --only solver_table`` fails when there are any (not in quick mode).
+and Oblique <= 3), e_W at lr 0.02 <= 1% and <= 2/3 of Muon's, judged on the steady-state e_W where it is measured
+(the transient one is reported beside it; before 2026-12-03 the target was judged on the transient, which measures
+a tracking solver's first steps after a cold start, not the steps of a training run). ``main`` returns the
+misses; the command ``python -m manifold_muon_book.bench --only solver_table`` fails when there are any (not in
+quick mode).
 """
 
 from __future__ import annotations
@@ -36,9 +49,10 @@ from .common import CPU_SHAPES, GPT2_SHAPES, device, one_cpu_thread, write_resul
 from .momenta import correlated, synthetic_momentum
 
 MANIFOLDS = ("stiefel", "dgram", "gram_oblique")
-VARIANTS = {"lean": dict(inner="lean"), "gram_admm": dict(inner="gram_admm"), "exact": dict(inner="exact"),
+VARIANTS = {"lean": dict(inner="lean"), "lean3": dict(inner="lean", inner_steps=3), "gram_admm": dict(inner="gram_admm"), "exact": dict(inner="exact"),
             "post": dict(inner="post")}
 LRS = (0.02, 0.1)
+STEADY = 64  # the stream length at which the tracked (lean) solves' steady-state e_W is measured
 REF_TOL = 1e-7  # the reference's certified relative gap (asked); e_W is reported only where it reaches 1e-5
 
 
@@ -100,25 +114,38 @@ def target(shape, manifold):
     return 3.0 if square else 2.5
 
 
+def reference(M, Wd, G, lr_grads):
+    """The certified float64 step from (Wd, G): {lr: W+*}, Muon's own e_W {lr: ...} on G (``lr_grads``: the same
+    momentum as the optimizers received it, float32) and the reference's certified gap; None where the exact mode
+    does not certify it to 1e-5 (a rank-deficient optimum: square DGram, Oblique)."""
+    ref = exact_solve(Wd, G, M.gram_projector, tol=REF_TOL, newton_steps=40, fallback_steps=400)
+    if float(ref.gap.max()) > 1e-5:
+        return None
+    exact_msign, ns = msign(G, "svd"), msign(lr_grads.cpu(), "newton_schulz", 5, torch.float32).double()
+    return ({lr: M.retract(Wd - lr * ref.matrix()) for lr in LRS},
+            {lr: float(lr * (ns - exact_msign).norm() / (Wd - lr * exact_msign).norm()) for lr in LRS},
+            float(ref.gap.max()))
+
+
 def measure(shape, manifold: str, repeats: int, warmup: int, ref_max_n: int, seed: int = 0,
-            variants=tuple(VARIANTS), square_ref_max_n: int = 128) -> list[dict]:
+            variants=tuple(VARIANTS), square_ref_max_n: int = 128, steady: int = 0) -> list[dict]:
     M = get_manifold(manifold)
     g = torch.Generator().manual_seed(seed + 1)
     W0 = M.random_point(shape, generator=g).to(device())
-    grads = [G.to(device()) for G in stream(shape, warmup + repeats + 1, seed)]
+    long = [G.to(device()) for G in stream(shape, max(steady, warmup + repeats + 1), seed)]
+    grads = long[:warmup + repeats + 1]
     t_muon, _, _, muon_ops = walk(lambda p: Muon(p, momentum=0.0, nesterov=False, weight_decay=0.0,
                                                  msign="newton_schulz", msign_dtype=torch.float32),
                                   W0, grads, LRS[:1], repeats)
     G, Wd = grads[-1].double().cpu(), W0.double().cpu()
-    ref = None
+    ref = steady_ref = None
     # one certified reference for every variant (all step from the same (W0, G)); none on square DGram and Oblique
     # past ``square_ref_max_n``: their optimum is rank-deficient, the exact mode's Newton stage does not certify it and
     # its ADMM fallback takes tens of minutes at n = 768
     if min(shape) <= ref_max_n and (shape[0] != shape[1] or manifold == "stiefel" or shape[0] <= square_ref_max_n):
-        ref = exact_solve(Wd, G, M.gram_projector, tol=REF_TOL, newton_steps=40, fallback_steps=400)
-        if float(ref.gap.max()) > 1e-5:  # not certified close enough to judge e_W against (square DGram, Oblique)
-            ref = None
-        exact_msign, ns = msign(G, "svd"), msign(grads[-1].cpu(), "newton_schulz", 5, torch.float32).double()
+        ref = reference(M, Wd, G, grads[-1])  # None: not certified close enough to judge e_W against
+        if ref is not None and steady > len(grads):
+            steady_ref = reference(M, Wd, long[-1].double().cpu(), long[-1])
     rows = []
     for variant in variants:
         kw = VARIANTS[variant]
@@ -127,11 +154,18 @@ def measure(shape, manifold: str, repeats: int, warmup: int, ref_max_n: int, see
         row = dict(shape=list(shape), manifold=manifold, variant=variant, seconds=t, muon_fp32_s=t_muon,
                    ratio=t / t_muon, ops=ops, muon_ops=muon_ops, gap=gaps[LRS[0]])
         if ref is not None:
-            row["ref_gap"] = float(ref.gap.max())
+            W_star, muon_e_W, row["ref_gap"] = ref
             for lr in LRS:
-                W_star = M.retract(Wd - lr * ref.matrix())
-                row[f"e_W_lr{lr}"] = float((W_new[lr].double().cpu() - W_star).norm() / W_star.norm())
-                row[f"muon_e_W_lr{lr}"] = float(lr * (ns - exact_msign).norm() / (Wd - lr * exact_msign).norm())
+                row[f"e_W_lr{lr}"] = float((W_new[lr].double().cpu() - W_star[lr]).norm() / W_star[lr].norm())
+                row[f"muon_e_W_lr{lr}"] = muon_e_W[lr]
+        if steady_ref is not None and kw["inner"] == "lean":  # the tracked solve, settled: the same stream, longer
+            _, W_s, _, _ = walk(lambda p: ManifoldMuon(p, momentum=0.0, nesterov=False, manifold=manifold, **kw),
+                                W0, long, LRS[:1], 1)
+            W_star, muon_e_W, _ = steady_ref
+            lr = LRS[0]
+            row["steady_steps"] = len(long)
+            row[f"e_W_steady_lr{lr}"] = float((W_s[lr].double().cpu() - W_star[lr]).norm() / W_star[lr].norm())
+            row[f"muon_e_W_steady_lr{lr}"] = muon_e_W[lr]
         if variant == "lean":
             row["target_ratio"] = target(shape, manifold)
             misses = []
@@ -140,9 +174,10 @@ def measure(shape, manifold: str, repeats: int, warmup: int, ref_max_n: int, see
             if shape[0] == shape[1] and manifold == "stiefel" and row["gap"] > 1e-6:
                 misses.append(f"square Stiefel gap {row['gap']:.1e} > 1e-6")
             if ref is not None:
-                bar = min(0.01, 2 / 3 * row["muon_e_W_lr0.02"])
-                if row["e_W_lr0.02"] > bar:
-                    misses.append(f"e_W {100 * row['e_W_lr0.02']:.2f}% > {100 * bar:.2f}%")
+                which = "_steady" if "e_W_steady_lr0.02" in row else ""  # judged at steady state where measured
+                bar = min(0.01, 2 / 3 * row[f"muon_e_W{which}_lr0.02"])
+                if row[f"e_W{which}_lr0.02"] > bar:
+                    misses.append(f"e_W{which.replace('_', ' ')} {100 * row[f'e_W{which}_lr0.02']:.2f}% > {100 * bar:.2f}%")
             row["misses"] = misses
         rows.append(row)
     return rows
@@ -150,35 +185,43 @@ def measure(shape, manifold: str, repeats: int, warmup: int, ref_max_n: int, see
 
 def main(out_dir: Path, quick: bool = False, ref_max_n: int = 768, exact_max_n: int = 128,
          fail_on_miss: bool | None = None, shapes=None, name: str = "solver_table", repeats: int | None = None,
-         warmup: int | None = None) -> dict:
+         warmup: int | None = None, steady: int | None = None, variants=tuple(VARIANTS)) -> dict:
     """``exact_max_n``: the exact variant is timed only where the short side is at most this (at GPT-2 small's
     shapes one exact step takes minutes on one CPU thread; its accuracy is the reference's). ``ref_max_n``:
     e_W is measured where the short side is at most this (0: timing only, as ``runs/gpu_check.sh`` runs it).
     ``fail_on_miss`` (default: not ``quick``): exit non-zero when the lean step misses a target. ``shapes`` and
     ``name`` (the output file's stem): a part of the table, e.g. to run the CPU and GPT-2 shapes in two processes
-    and ``merge`` them."""
+    and ``merge`` them. ``steady``: the stream length for the lean variants' steady-state e_W (0: none; default
+    ``STEADY``, 6 in quick mode). ``variants``: a subset of ``VARIANTS``."""
+    unknown = [v for v in variants if v not in VARIANTS]
+    if unknown:
+        raise ValueError(f"solver_table: unknown variant(s) {', '.join(unknown)}; choose from {', '.join(VARIANTS)}")
     if quick:
-        shapes, repeats, warmup = [(48, 16), (16, 16)], 1, 1
+        shapes, repeats, warmup, steady = [(48, 16), (16, 16)], 1, 1, 6 if steady is None else steady
     else:
         shapes, repeats, warmup = shapes or (CPU_SHAPES + [(384, 128)] + GPT2_SHAPES), repeats or 2, warmup or 3
+        steady = STEADY if steady is None else steady
     if device().type == "cuda":
         shapes = GPT2_SHAPES  # the shapes the GPU is for
     with one_cpu_thread(), Stopwatch() as sw:
         rows = [r for s in shapes for m in MANIFOLDS
-                for r in measure(s, m, repeats, warmup, ref_max_n,
-                                 variants=tuple(v for v in VARIANTS if v != "exact" or min(s) <= exact_max_n))]
+                for r in measure(s, m, repeats, warmup, ref_max_n, steady=steady,
+                                 variants=tuple(v for v in variants if v != "exact" or min(s) <= exact_max_n))]
     misses = [f"{tuple(r['shape'])} {r['manifold']}: " + "; ".join(r["misses"]) for r in rows if r.get("misses")]
     params = dict(shapes=[list(x) for x in shapes], manifolds=list(MANIFOLDS), variants={k: repr(v) for k, v in VARIANTS.items()},
                   lrs=list(LRS), repeats=repeats, warmup=warmup, ref_max_n=ref_max_n, exact_max_n=exact_max_n,
-                  decay=1.3, correlation=0.95,
+                  decay=1.3, correlation=0.95, steady=steady,
                   quick=quick)
     result = write_result(out_dir, name, dict(rows=rows, misses=misses), params, sw.seconds)
     for r in rows:
         acc = "" if "e_W_lr0.02" not in r else (f"  e_W .02/.1 {100 * r['e_W_lr0.02']:.2f}/{100 * r['e_W_lr0.1']:.2f}%"
                                                  f" (Muon {100 * r['muon_e_W_lr0.02']:.2f}/{100 * r['muon_e_W_lr0.1']:.2f}%)")
+        if "e_W_steady_lr0.02" in r:
+            acc += (f"  after {r['steady_steps']} steps {100 * r['e_W_steady_lr0.02']:.2f}% "
+                    f"(Muon {100 * r['muon_e_W_steady_lr0.02']:.2f}%)")
         gap = "" if r["gap"] is None else f"  gap {r['gap']:.0e}"
         ops = r["ops"]
-        print(f"{str(tuple(r['shape'])):12s} {r['manifold']:12s} {r['variant']:5s} {r['ratio']:6.2f}x Muon{gap}{acc}  "
+        print(f"{str(tuple(r['shape'])):12s} {r['manifold']:12s} {r['variant']:9s} {r['ratio']:6.2f}x Muon{gap}{acc}  "
               f"[{ops.get('matmul_full', 0)} full + {ops.get('matmul_small', 0)} n x n products, "
               f"{ops.get('eigh', 0)} eigh, {ops.get('eigvalsh', 0)} eigvalsh, {ops.get('svd', 0)} svd, "
               f"{ops.get('sync', 0)} sync]", flush=True)
@@ -190,11 +233,19 @@ def main(out_dir: Path, quick: bool = False, ref_max_n: int = 768, exact_max_n: 
 
 
 def merge(out_dir: Path, parts, name: str = "solver_table") -> dict:
-    """One table from parts written by ``main(..., name=part)``: rows and misses concatenated, each part's
-    parameters and provenance kept under ``parts``."""
+    """One table from parts written by ``main(..., name=part)``: rows concatenated, where a later part has a row of
+    the same (shape, manifold, variant) it replaces the earlier one (e.g. the lean variants re-measured alone at
+    GPT-2 small's shapes); the misses are those of the rows kept. Each part's parameters and provenance are kept
+    under ``parts``."""
     import json
 
     loaded = [json.loads((Path(out_dir) / f"{p}.json").read_text()) for p in parts]
-    payload = dict(rows=[r for t in loaded for r in t["rows"]], misses=[m for t in loaded for m in t["misses"]],
+    key = lambda r: (tuple(r["shape"]), r["manifold"], r["variant"])  # noqa: E731
+    rows = {}
+    for t in loaded:
+        rows.update({key(r): r for r in t["rows"]})
+    rows = list(rows.values())
+    misses = [f"{tuple(r['shape'])} {r['manifold']}: " + "; ".join(r["misses"]) for r in rows if r.get("misses")]
+    payload = dict(rows=rows, misses=misses,
                    parts={p: {k: v for k, v in t.items() if k not in ("rows", "misses")} for p, t in zip(parts, loaded)})
     return write_result(out_dir, name, payload, dict(merged=list(parts)), sum(t["wall_time_s"] for t in loaded))

@@ -1,0 +1,48 @@
+"""The benchmark ``solver_table`` (issue 19): the steady-state accuracy of the tracked lean solves, the target
+judged on it, and the merge of parts that re-measure some variants."""
+
+import json
+
+import pytest
+
+from manifold_muon_book.bench import solver_table
+
+
+def test_lean_rows_carry_a_steady_state_accuracy_judged_by_the_target():
+    rows = solver_table.measure((24, 8), "stiefel", repeats=1, warmup=1, ref_max_n=64, steady=8,
+                                variants=("lean", "lean3", "gram_admm"))
+    by = {r["variant"]: r for r in rows}
+    for v in ("lean", "lean3"):
+        assert by[v]["steady_steps"] == 8
+        assert 0 <= by[v]["e_W_steady_lr0.02"] < 0.05 and by[v]["muon_e_W_steady_lr0.02"] > 0
+    assert "e_W_steady_lr0.02" not in by["gram_admm"]        # only the tracked solves have a transient to settle
+    assert by["lean3"]["ops"]["eigh"] == by["lean"]["ops"]["eigh"] + 2  # inner_steps=3 acts: two more ADMM eighs
+    bar = min(0.01, 2 / 3 * by["lean"]["muon_e_W_steady_lr0.02"])
+    steady_miss = [m for m in by["lean"]["misses"] if m.startswith("e_W")]
+    assert bool(steady_miss) == (by["lean"]["e_W_steady_lr0.02"] > bar)
+    assert all("steady" in m for m in steady_miss)
+
+
+def test_no_steady_state_without_a_longer_stream():
+    rows = solver_table.measure((24, 8), "dgram", repeats=1, warmup=1, ref_max_n=64, steady=0, variants=("lean",))
+    assert "e_W_steady_lr0.02" not in rows[0] and "e_W_lr0.02" in rows[0]
+
+
+def test_an_unknown_variant_is_refused_before_any_work(tmp_path):
+    with pytest.raises(ValueError, match="unknown variant.*choose from"):
+        solver_table.main(tmp_path, quick=True, variants=("lean", "fast"))
+    assert not list(tmp_path.iterdir())
+
+
+def test_merge_lets_a_later_part_replace_rows_and_recounts_the_misses(tmp_path):
+    def part(name, rows):
+        (tmp_path / f"{name}.json").write_text(json.dumps(dict(rows=rows, misses=["stale"], wall_time_s=1.0)))
+
+    row = lambda v, misses: dict(shape=[8, 4], manifold="stiefel", variant=v, misses=misses)  # noqa: E731
+    part("old", [row("lean", ["e_W 1% > 0.5%"]), row("post", [])])
+    part("new", [row("lean", []), row("lean3", ["ratio 3 > 2.5"])])
+    merged = solver_table.merge(tmp_path, ["old", "new"], name="both")
+    assert [r["variant"] for r in merged["rows"]] == ["lean", "post", "lean3"]
+    assert merged["rows"][0]["misses"] == []
+    assert merged["misses"] == ["(8, 4) stiefel: ratio 3 > 2.5"]
+    assert set(merged["parts"]) == {"old", "new"}
