@@ -502,7 +502,8 @@ def status(root: Path, scale: str) -> None:
 
 def _job_seconds(metrics: dict) -> list[float]:
     """The single-process seconds of a run's independent jobs, as it recorded them: every training run's
-    ``wall_time_s`` under ``runs``, or every shape's under ``shape_seconds``."""
+    ``wall_time_s`` under ``runs`` (and ``lr_check``, solver_training's runs at other rates), or every shape's under
+    ``shape_seconds``."""
     def walk(v):
         if isinstance(v, dict):
             for k, x in v.items():
@@ -513,7 +514,7 @@ def _job_seconds(metrics: dict) -> list[float]:
         elif isinstance(v, list):
             for x in v:
                 yield from walk(x)
-    return list(walk(metrics.get("runs", {}))) + [float(x) for x in metrics.get("shape_seconds", {}).values()]
+    return list(walk(metrics.get("runs", {}))) + list(walk(metrics.get("lr_check", {}))) + [float(x) for x in metrics.get("shape_seconds", {}).values()]
 
 
 def makespan(jobs: list[float], workers: int) -> float:

@@ -20,7 +20,7 @@ import time
 
 import torch
 
-__all__ = ["record_momenta", "spectral_decay", "synthetic_momentum", "correlated"]
+__all__ = ["record_momenta", "spectral_decay", "synthetic_momentum", "correlated", "rotating_stream"]
 
 
 PROGRESS_EVERY_S = 10.0
@@ -107,3 +107,37 @@ def correlated(G: torch.Tensor, fresh: torch.Tensor, rho: float = 0.95) -> torch
     """rho G + sqrt(1 - rho^2) fresh, at G's RMS: the previous step's momentum (Muon momentum 0.95)."""
     X = rho * G + math.sqrt(1 - rho**2) * fresh * (G.pow(2).mean().sqrt() / fresh.pow(2).mean().sqrt())
     return X * (G.pow(2).mean().sqrt() / X.pow(2).mean().sqrt())
+
+
+def _orthonormal(X: torch.Tensor) -> torch.Tensor:
+    """The Q of X = Q R with R's diagonal positive (so that a small change of X moves Q a little)."""
+    Q, R = torch.linalg.qr(X)
+    return Q * torch.sign(torch.diagonal(R, dim1=-2, dim2=-1)).unsqueeze(-2)
+
+
+def rotating_stream(shape, steps: int, decay: float = 1.3, rho: float = 0.95, generator=None) -> list[torch.Tensor]:
+    """``steps`` momenta of unit RMS with one fixed spectrum (sigma_i ~ i^{-decay}) whose singular vectors turn a
+    little each step: U <- orth(U + eps Z_U), V <- orth(V + eps Z_V), eps set (by bisection on the first step) so
+    that consecutive momenta correlate ``rho``. Unlike a chain of ``correlated`` mixtures, whose sum of randomly
+    oriented matrices flattens the spectrum step by step (after 48 steps at 768 x 2304 Muon's own e_W on it fell
+    from 1.04% to 0.39%), this stream is stationary: every momentum has the training-like spectrum."""
+    m, n = shape
+    k = min(m, n)
+    U = _orthonormal(torch.randn(m, k, generator=generator, dtype=torch.float64))
+    V = _orthonormal(torch.randn(n, k, generator=generator, dtype=torch.float64))
+    s = torch.arange(1, k + 1, dtype=torch.float64).pow(-decay)
+    make = lambda U, V: (U * s) @ V.mT  # noqa: E731
+    G0 = make(U, V)
+    Zu = torch.randn(m, k, generator=generator, dtype=torch.float64)
+    Zv = torch.randn(n, k, generator=generator, dtype=torch.float64)
+    lo, hi = 1e-5, 1.0
+    for _ in range(30):
+        eps = math.sqrt(lo * hi)
+        c = float((G0 * make(_orthonormal(U + eps * Zu), _orthonormal(V + eps * Zv))).sum() / (G0 * G0).sum())
+        lo, hi = (eps, hi) if c > rho else (lo, eps)
+    out = [G0]
+    for _ in range(steps - 1):
+        U = _orthonormal(U + eps * torch.randn(m, k, generator=generator, dtype=torch.float64))
+        V = _orthonormal(V + eps * torch.randn(n, k, generator=generator, dtype=torch.float64))
+        out.append(make(U, V))
+    return [(G / G.pow(2).mean().sqrt()).float() for G in out]
