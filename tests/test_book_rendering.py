@@ -102,14 +102,48 @@ def test_a_registered_criterion_decides_the_verdict_and_is_printed(monkeypatch):
     monkeypatch.setattr(v, "claim", lambda cid: claim)
     shown = []
     monkeypatch.setattr(v, "_markdown", shown.append)
-    v.show_verdict("B-XX-01", evidence={"d": 0.5}, reason="Measured.")
+    v.show_verdict("B-XX-01", evidence={"d": 0.5}, reason="Measured.", study="3 seeds; it detects 0.1.")
     assert "Verdict on B-XX-01: partly" in shown[0] and "**Criterion**" in shown[0] and "**Criterion changed**" in shown[0]
+    assert "**Study:** 3 seeds" in shown[0]  # the study and the criterion are both shown
     with pytest.raises(AssertionError, match="pre-registered criterion gives 'partly'"):
         v.show_verdict("B-XX-01", "confirmed at small scale", "Measured.", evidence={"d": 0.5})
     with pytest.raises(ValueError, match="pass evidence"):
         v.show_verdict("B-XX-01", "partly", "Measured.")
     with pytest.raises(AssertionError, match="book/claims.yml says 'partly'"):
         v.show_verdict("B-XX-01", evidence={"d": 0.05}, reason="Measured.")  # the criterion says confirmed
+
+
+def test_a_claim_that_asks_for_its_study_is_refused_without_it_and_shows_it(monkeypatch):
+    import manifold_muon_book.verdicts as v
+    from manifold_muon_book.power import study_text
+
+    claim = {"id": "B-XX-02", "status": "partly", "study": "required"}
+    monkeypatch.setattr(v, "claim", lambda cid: claim)
+    shown = []
+    monkeypatch.setattr(v, "_markdown", shown.append)
+    with pytest.raises(ValueError, match="asks for its study"):
+        v.show_verdict("B-XX-02", "partly", "Measured.")
+    text = study_text(3, "cpu preset, 300 steps", "xx", ".3f", "final validation loss", "paired t-test, 5%, power 80%",
+                      "nats")
+    v.show_verdict("B-XX-02", "partly", "Measured.", study=text)
+    assert "**Study:** 3 seeds" in shown[0]
+    assert "{glue:text}`xx_spread:.3f`" in shown[0] and "{glue:text}`xx_mde:.3f`" in shown[0]  # roles pass through
+
+
+def test_every_claim_the_ledger_marks_study_required_states_its_study_in_its_chapter():
+    """The executed chapter holds, for each such claim, a verdict with a Study line naming the detectable effect."""
+    import json
+
+    ledger = load_ledger(ROOT / "book" / "claims.yml")
+    for c in ledger["claims"]:
+        if c.get("study") != "required":
+            continue
+        nb = json.loads((ROOT / c["chapter"]).with_suffix(".ipynb").read_text())
+        shown = [o.get("data", {}).get("text/markdown", "") for cell in nb["cells"] for o in cell.get("outputs", [])]
+        shown = ["".join(t) if isinstance(t, list) else t for t in shown]
+        verdict = [t for t in shown if f"Verdict on {c['id']}:" in t]
+        assert verdict, f"{c['id']}: no verdict in the executed {c['chapter']}"
+        assert "**Study:**" in verdict[0] and "detect" in verdict[0], f"{c['id']}: its verdict states no study"
 
 
 # ---------------------------------------------------------------- claims quoted in TeX

@@ -24,7 +24,7 @@ __all__ = ["FIELDS", "KINDS", "STATUSES", "load_ledger", "validate_ledger", "sta
            "criterion_sha", "decide", "check_criteria_lock", "lock_criteria", "LOCK", "tex_problem"]
 
 FIELDS = ("id", "section", "claim", "tex", "kind", "status", "chapter", "planned_chapter", "note", "criterion",
-          "criterion_history")
+          "criterion_history", "study")
 REQUIRED = ("id", "section", "claim", "kind", "status", "chapter", "planned_chapter")
 KINDS = ("symbolic", "numeric", "experiment")
 STATUSES = ("pending", "confirmed", "confirmed at small scale", "partly tested", "partly", "not reproduced at this scale",
@@ -102,6 +102,9 @@ def _check_one(claim: object, index: int, ledger: dict, root: Path) -> str:
         raise ValueError(f"claim {name}: status {claim['status']!r} needs 'chapter' to name the file holding the evidence")
     elif not (root / chapter).is_file():
         raise ValueError(f"claim {name}: chapter {chapter!r} does not exist under {root}; write it or fix the path")
+    if claim.get("study", "required") != "required":
+        raise ValueError(f"claim {name}: study may only be 'required' (its verdict must state seeds, scale, seed "
+                         "spread and detectable effect); leave the field out otherwise")
     _check_criterion(claim, name)
     return name
 

@@ -11,6 +11,9 @@ lays out:
   ``post_own_sweep`` and ``post_own_figure``;
 * the retraction study: ``retraction_row`` (medians of one snapshot's errors), ``flatness``, ``ra03_evidence``,
   ``eta_table``;
+* the studies the verdicts state (seeds, scale, seed spread, smallest detectable effect; ``power``):
+  ``seed_exponents``, ``exponent_resolution``, ``seed_ranges`` and the sentences ``study_da04``, ``study_da06``,
+  ``study_da08``, ``study_ra03``, ``study_ra06``;
 * tables and glue: ``step0_table``, ``stay_table``, ``best_table``, ``das_sweep_table``, ``glue_each``, ``glue_t20``;
 * the claims' quotation (``show_claims``) and the prose of the verdicts (``REASON_*``, ``reason_*``): each formats
   the numbers the chapter passes it; the chapter decides every status.
@@ -28,7 +31,8 @@ from .stated import glue_magnitude, glue_value, magnitude, stated_table
 
 __all__ = ["KINDS", "POST_GRID", "POST_GRID_21", "post_own_batch", "post_own_sweep", "post_own_figure", "problem", "batch", "show_claims", "glue_each", "step0_table", "stay_table",
            "best_alpha", "fit_exponent", "best_table", "widen_until_interior", "at_n64", "retraction_row", "flatness",
-           "ra03_evidence", "eta_table", "glue_t20", "das_sweep_table", "REASON_DA02", "REASON_DA10", "reason_da03", "reason_da04",
+           "ra03_evidence", "eta_table", "glue_t20", "seed_exponents", "exponent_resolution", "seed_ranges",
+           "study_da04", "study_da06", "study_da08", "study_ra03", "study_ra06", "das_sweep_table", "REASON_DA02", "REASON_DA10", "reason_da03", "reason_da04",
            "reason_da05", "reason_da06", "reason_da07", "reason_da08", "reason_da09", "reason_da11", "reason_da12",
            "reason_da13", "reason_ra01", "reason_ra03", "reason_ra04", "reason_ra05", "reason_ra06"]
 
@@ -76,10 +80,11 @@ def post_own_batch(n: int, seeds):
     return torch.stack(Ws), torch.stack(Gs)
 
 
-def post_own_sweep(sizes, seeds, alphas, steps: int = 100) -> pd.DataFrame:
+def post_own_sweep(sizes, seeds, alphas, steps: int = 100, per_seed: bool = False):
     """The post's dual-ascent sweep as its code runs it: the library's ``dual_ascent`` (Bernstein's loop: Lambda_0 =
     -(W^T G + G^T W)/4, linear decay) with the post's msign and G as given, on ``post_own_batch``; one row per
-    (n, alpha, step) with the violation averaged over the seeds, as the post averages."""
+    (n, alpha, step) with the violation averaged over the seeds, as the post averages. ``per_seed``: also return
+    ``{(n, alpha): array (step, seed)}``, the violations before averaging."""
     import torch
 
     from manifold_muon.manifolds import get_manifold
@@ -88,14 +93,15 @@ def post_own_sweep(sizes, seeds, alphas, steps: int = 100) -> pd.DataFrame:
 
     P = get_manifold("stiefel").gram_projector
     sign = lambda X: POST_MSIGN(X).to(X.dtype)  # noqa: E731
-    rows = []
+    rows, kept = [], {}
     for n in sizes:
         W, G = post_own_batch(n, seeds)
         for alpha in alphas:
             _, _, h = dual_ascent(W, G, P, steps=steps, alpha=float(alpha), msign_fn=sign, normalize=False)
+            kept[(n, float(alpha))] = torch.stack(h).numpy()
             mean = torch.stack(h).mean(dim=1)
             rows += [{"n": n, "alpha": float(alpha), "step": t, "mean ||H||_RMS": float(v)} for t, v in enumerate(mean)]
-    return pd.DataFrame(rows)
+    return (pd.DataFrame(rows), kept) if per_seed else pd.DataFrame(rows)
 
 
 def post_own_figure(own: pd.DataFrame):
@@ -216,6 +222,105 @@ def glue_t20(eA20, eW20, tall20, ns20, rf, flat_vals, eta_spread) -> None:
     glue_each("magnitude", eA20_max=float(eA20.max()), eW20_max=float(eW20.max()))
     glue_each(".1f", tall20_min=float(tall20.min()), tall20_max=float(tall20.max()), ns20_max=float(ns20.max()),
               rf_min=float(rf.min()), rf_max=float(rf.max()), flat_max=max(flat_vals))
+
+
+def seed_exponents(wide: pd.DataFrame, kind: str = TALL) -> list:
+    """The exponent b fitted seed by seed: each seed's own best alpha per n = 32, 64, 128 (its smallest final over
+    every alpha of ``wide``, whose column ``finals`` holds the per-seed finals), fitted as ``fit_exponent`` fits."""
+    rows = wide[(wide["construction"] == kind) & wide["n"].isin(FIT_SIZES)]
+    finals = {(int(r.n), float(r.alpha)): np.asarray(r.finals, float) for r in rows.itertuples()}
+    n_seeds = len(next(iter(finals.values())))
+    out = []
+    for s in range(n_seeds):
+        opt = [min((v[s], a) for (m, a), v in finals.items() if m == n)[1] for n in FIT_SIZES]
+        out.append(float(np.polyfit(np.log(np.array(FIT_SIZES, float)), np.log(opt), 1)[0]))
+    return out
+
+
+def exponent_resolution(wide: pd.DataFrame, best_w: pd.DataFrame, kind: str = TALL) -> float:
+    """How far one grid step moves the fitted exponent: the widest log-spacing between an optimum at n = 32..128
+    and its grid neighbours, over log(128 / 32) (with three equally spaced log n, an end point moved by d in
+    log alpha moves the least-squares slope by d / log(128 / 32); the middle one does not move it)."""
+    alphas = np.sort(wide.loc[wide["construction"] == kind, "alpha"].unique())
+    step = 0.0
+    for n in FIT_SIZES:
+        i = int(np.searchsorted(alphas, best_w.loc[(kind, n), "alpha"]))
+        nb = [alphas[j] for j in (i - 1, i + 1) if 0 <= j < len(alphas)]
+        step = max(step, *(abs(np.log(alphas[i] / a)) for a in nb))
+    return float(step / np.log(FIT_SIZES[-1] / FIT_SIZES[0]))
+
+
+def seed_ranges(per_seed: dict) -> tuple:
+    """``{key: per-seed values}`` -> (smallest and largest seed spread, smallest and largest detectable shift of
+    the mean) over the keys (``power.seed_spread``; ``power.detectable_difference``, one sample)."""
+    from .power import detectable_difference, seed_spread
+
+    spread = [seed_spread(v) for v in per_seed.values()]
+    mde = [detectable_difference(list(v)) for v in per_seed.values()]
+    return min(spread), max(spread), min(mde), max(mde)
+
+
+_TEST = "two-sided t-test at 5%, power 80%"
+
+
+def study_da04(n_seeds: int) -> str:
+    """B-DA-04's study: the exponent's resolution and its spread over seeds (glued by the chapter: ``da04_res``,
+    ``da04_b_lo``, ``da04_b_hi``, ``da04_spread``, ``da04_mde``, ``da04_gap``)."""
+    return (f"{n_seeds} seeds; tall exact W, n = 32, 64, 128, 100 dual-ascent steps, the widened grid. Resolution of "
+            f"the exponent: one grid step at an end of the fit moves it by {{glue:text}}`da04_res:.1f` (the grid's "
+            f"log-spacing at the optima over log(128/32)). Fitted seed by seed (each seed's own optima), it lies between "
+            f"{{glue:text}}`da04_b_lo:.1f` and {{glue:text}}`da04_b_hi:.1f`: seed spread (range) "
+            f"{{glue:text}}`da04_spread:.1g`. Smallest shift of the mean exponent this study detects: "
+            f"{{glue:text}}`da04_mde:.1g` ({_TEST}, one sample), more than the {{glue:text}}`da04_gap:.2f` between "
+            f"the fitted exponent and the post's 0.67: this study cannot tell the two apart.")
+
+
+def study_da06(n_seeds: int) -> str:
+    """B-DA-06's study (glued by the chapter: ``da06_spread``, ``da06_mde``)."""
+    from .power import study_text
+
+    return (study_text(n_seeds, "n = 64, 100 steps, the post's own msign (bfloat16), its 21-point grid", "da06",
+                       ".0e", "final violation at alpha = 0.01",
+                       f"{_TEST}, the seeds' mean against the post's 3.3e-3")
+            + f" One seed of the {n_seeds} ends above 1e-2 at alpha = 0.01, the {n_seeds - 1} others below 2e-3; at "
+              f"the same two step sizes those {n_seeds - 1} alone give a ratio of means below 1.2 (asserted): the ratio "
+              f"judged rests on one seed.")
+
+
+def study_da08(n_seeds: int) -> str:
+    """B-DA-08's study (glued by the chapter: ``da08_spread``, ``da08_mde``)."""
+    from .power import study_text
+
+    return (study_text(n_seeds, "n = 64, alpha = 0.1, 100 steps, the post's own msign (bfloat16)", "da08", ".0e",
+                       "violation at the peak step of the mean curve", f"{_TEST}, the seeds' mean against the post's 8e-2")
+            + " For the final violation the seed spread is between 5e-3 and 2e-2 and the detectable effect between "
+              "1.5e-3 and 6e-3 (asserted; bfloat16 digits move between CPUs), more than the final's distance from the "
+              "criterion's 2.5e-3 bar (asserted): this study cannot settle that check.")
+
+
+def study_ra03(n_seeds: int) -> str:
+    """B-RA-03's study on the tall exact W (glued by the chapter: ``ra_eA_*``, ``ra_eW_*``, ``_lo``/``_hi``)."""
+    return (f"{n_seeds} seeds; tall exact W (the construction whose digits are stable), n = 16..128, 200 dual-ascent "
+            f"steps, eta = 0.1. Seed spread (range) at T = 20, largest at n = 16 and smallest at n = 128: e_A "
+            f"{{glue:text}}`ra_eA_spread_hi:.1e` to {{glue:text}}`ra_eA_spread_lo:.1e`, e_W "
+            f"{{glue:text}}`ra_eW_spread_hi:.1e` to {{glue:text}}`ra_eW_spread_lo:.1e`. Smallest shift of one size's "
+            f"mean this study detects ({_TEST}, one sample): e_A {{glue:text}}`ra_eA_mde_hi:.1e` to "
+            f"{{glue:text}}`ra_eA_mde_lo:.1e`, e_W {{glue:text}}`ra_eW_mde_hi:.1e` to "
+            f"{{glue:text}}`ra_eW_mde_lo:.1e`. At n = 128 the median e_A lies above the post's 0.16, and the median e_W "
+            f"above the criterion's 1.5x bound 0.015, by more than the detectable effect there (asserted).")
+
+
+def study_ra06(n_seeds: int) -> str:
+    """B-RA-06's study (glued by the chapter: ``ra_eW_*`` for the tall W, ``ra_eW_ns_*`` for the square
+    Newton-Schulz W)."""
+    return (f"{n_seeds} seeds; both constructions, n = 16..128, 200 dual-ascent steps, eta = 0.1. Seed spread "
+            f"(range) of e_W at T = 20 over the sizes: tall exact W {{glue:text}}`ra_eW_spread_lo:.1e` to "
+            f"{{glue:text}}`ra_eW_spread_hi:.1e`, square Newton-Schulz W {{glue:text}}`ra_eW_ns_spread_lo:.0e` to "
+            f"{{glue:text}}`ra_eW_ns_spread_hi:.0e` (its n = 16 runs amplify rounding). Smallest shift of one size's "
+            f"mean this study detects ({_TEST}, one sample): tall {{glue:text}}`ra_eW_mde_lo:.1e` to "
+            f"{{glue:text}}`ra_eW_mde_hi:.1e`, square {{glue:text}}`ra_eW_ns_mde_lo:.0e` to "
+            f"{{glue:text}}`ra_eW_ns_mde_hi:.0e`. On the tall W at n = 128, e_W lies above the criterion's 0.014 by "
+            f"more than five times the detectable effect there (asserted).")
 
 
 def eta_table(ratio: dict) -> pd.DataFrame:

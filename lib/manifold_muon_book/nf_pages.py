@@ -290,3 +290,89 @@ def glue_gains(gains, gamma_cols, gain_tab):
     val_by_r = gains.groupby(["optimizer", "r"]).val.mean()
     spread = val_by_r.groupby("optimizer").agg(lambda v: v.max() - v.min())
     glue_value("gain_val_spread", float(spread.max()), ".3f")
+
+
+# ------------------------------------------------------------------ both arms tuned alike (issue 21)
+
+TUNED_LRS = (0.01, 0.03, 0.1)  # the rates every arm of the tuned comparison is run at
+
+
+def tuned_frame(metrics):
+    """The runs of the tuned comparison, one row each: norms ("none": groups rmsnorm_free at the rates
+    ``TUNED_LRS`` and free_tuned; "learnable": group normalized_tuned), optimizer (the assignment: muon,
+    macro_fro, macro_spec), lr, radius factor r (None for Muon), seed, validation loss on the common batches.
+    Every MACRO arm then covers the same 3 x 3 grid of rate and radius, Muon the same three rates."""
+    import pandas as pd
+
+    settings = run_settings(metrics)
+    rows = []
+    for run, (_, s) in zip(metrics["runs"], settings.iterrows()):
+        group = run["coords"]["group"]
+        if group == "rmsnorm_free" and run["lr"] not in TUNED_LRS:
+            continue
+        if group not in ("rmsnorm_free", "free_tuned", "normalized_tuned"):
+            continue
+        rows.append(dict(norms="learnable" if group == "normalized_tuned" else "none", optimizer=run["assignment"],
+                         lr=s.lr, r=s.r if s.r is not None else float("nan"), seed=run["seed"],
+                         val=run["common_val_loss"], diverged=run["diverged"]))
+    return pd.DataFrame(rows)
+
+
+def best_cells(tuned):
+    """Per (norms, optimizer): the (lr, r) cell with the lowest seed-mean validation loss, its mean, its seed
+    range and its per-seed losses (a Series indexed by seed, column ``per_seed``); also the grid's size and
+    whether the best cell lies on the grid's edge in rate or radius (``edge``: "no", "rate", "radius", both)."""
+    import pandas as pd
+
+    key = tuned.r.fillna(-1.0)
+    cells = tuned.assign(r_key=key).groupby(["norms", "optimizer", "lr", "r_key"]).val
+    means = cells.mean()
+    rows = []
+    for (norms, opt), m in means.groupby(level=["norms", "optimizer"]):
+        (_, _, lr, r_key), mean = m.idxmin(), float(m.min())
+        sel = tuned[(tuned.norms == norms) & (tuned.optimizer == opt) & (tuned.lr == lr) & (key == r_key)]
+        per_seed = sel.set_index("seed").val.sort_index()
+        arm = tuned[(tuned.norms == norms) & (tuned.optimizer == opt)]
+        edge = [name for name, v, grid in (("rate", lr, arm.lr), ("radius", r_key, key[arm.index]))
+                if grid.nunique() > 1 and v in (grid.min(), grid.max())]
+        rows.append(dict(norms=norms, optimizer=opt, lr=lr, r=None if r_key < 0 else r_key, mean=mean,
+                         range=float(per_seed.max() - per_seed.min()), per_seed=per_seed, cells=len(m),
+                         edge=" and ".join(edge) or "no"))
+    return pd.DataFrame(rows).set_index(["norms", "optimizer"])
+
+
+def tuned_table(best):
+    """``best_cells`` as shown: optimizer, norms, the grid searched, the best cell and its mean and seed range."""
+    import pandas as pd
+
+    def show(x):
+        return "none" if x is None or x != x else format(x, "g")
+
+    return pd.DataFrame([{"optimizer": OPT_NAMES[o], "RMSNorm gains": norms, "cells searched": int(b.cells),
+                          r"best $\eta$": show(b.lr), "best $r$": show(b.r), "on the grid's edge": b.edge,
+                          "mean": b["mean"], "seed range": b["range"]}
+                         for (norms, o), b in best.sort_index(level=1).iterrows()])
+
+
+def paired_gap(best, a, b):
+    """Per-seed differences of two best cells (``a`` and ``b`` are (norms, optimizer) keys), aligned by seed, and
+    the larger of the two cells' seed ranges."""
+    d = best.loc[a, "per_seed"] - best.loc[b, "per_seed"]
+    if d.isna().any():
+        raise ValueError(f"the best cells of {a} and {b} do not share their seeds")
+    return d, max(float(best.loc[a, "range"]), float(best.loc[b, "range"]))
+
+
+def glue_tuned(nf06: dict, nf07: dict, normed_spec_minus_fro: float, muon_price: float, muon_range: float):
+    """The tuned comparison's numbers: P-NF-06's d_free, R_free, d_norm; P-NF-07's gap and R; MACRO-spec minus
+    MACRO-fro with norms; Muon without minus with norms (each arm at its best cell) and that pair's seed range."""
+    from .stated import glue_value
+
+    glue_value("nft_d_free", nf06["d_free"], "+.3f")
+    glue_value("nft_R_free", nf06["R_free"], ".3f")
+    glue_value("nft_d_norm", nf06["d_norm"], "+.3f")
+    glue_value("nft_gap", nf07["gap"], "+.3f")
+    glue_value("nft_R", nf07["R"], ".3f")
+    glue_value("nft_normed_spec_fro", normed_spec_minus_fro, "+.3f")
+    glue_value("nft_muon_price", muon_price, "+.3f")
+    glue_value("nft_muon_R", muon_range, ".3f")

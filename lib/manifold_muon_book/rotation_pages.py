@@ -18,7 +18,8 @@ and what turns their results into a page:
   (``TABLE9``);
 * the glued numbers, tables and figures (``glue_*``, ``*_table``, ``*_figure``; figures are returned
   unpublished, the chapter calls ``figures.publish``), the claim boxes (``show_claims``) and the reasons of the
-  verdict boxes (``VERDICT_REASONS``: the chapter decides each status and calls ``verdicts.show_verdict``).
+  verdict boxes (``VERDICT_REASONS``: the chapter decides each status and calls ``verdicts.show_verdict``, or
+  ``show_verdict`` here, which adds the study a box states, ``VERDICT_STUDIES``, glued by ``width_transfer_study``).
 
 Nothing here decides a verdict.
 """
@@ -31,9 +32,10 @@ import numpy as np
 import pandas as pd
 import torch
 
+from .power import detectable_difference, glue_study, seed_spread, study_text
 from .stated import glue_value, stated_table
 
-__all__ = ["VERDICT_REASONS", "TABLE9", "show_claims", "macro_step", "unprojected", "locked_rate_table", "delta_y_frame", "delta_y_table", "grad_norm_windows", "glue_grad_norm",
+__all__ = ["VERDICT_REASONS", "VERDICT_STUDIES", "TABLE9", "show_claims", "show_verdict", "width_transfer_study", "macro_step", "unprojected", "locked_rate_table", "delta_y_frame", "delta_y_table", "grad_norm_windows", "glue_grad_norm",
            "grad_norm_figure", "sweep_frame", "benchmark_seed_sd", "width_optima", "width_transfer_table", "width_transfer_figure",
            "glue_rotation", "random_alphas", "rotation_error_figure", "orth", "principal_angle_errors", "top_vectors", "dist",
            "random_pair", "wedin_sweep", "glue_wedin", "climb", "leading", "sin_angle", "sphere_point", "spectral_instances",
@@ -67,7 +69,8 @@ VERDICT_REASONS = {
     "P-WD-05": (
         r"At widths 32, 64 and 128 (one seed per point, rates 0.003 to 0.3) MACRO-fro's best rate is 0.1 at every width, "
         r"and MACRO-spec's is 0.03 at 64 and 128 and 0.1 at 32, by a margin ({glue:text}`wt_spec32_margin:.3f`) below the "
-        r"seed spread: consistent with transfer to within half a decade, which is all one seed resolves. The curves are "
+        r"seed spread: consistent with transfer to within half a decade, which is all one seed resolves, and not "
+        r"reliably: every best rate leads the next-best by less than the detectable effect below. The curves are "
         r"not flat and the best rates are not the paper's. Figure 8's widths (256 to 2048) need a GPU box: "
         r"`runs/width_transfer.md` at scale gpu (training preset qwen3-330m)."
     ),
@@ -155,6 +158,50 @@ VERDICT_REASONS = {
 # The paper's Table 9 at lambda = 0: validation loss at the learning rates 0.007, 0.01 and 0.03 (330M).
 TABLE9 = {"MuonH-spec": [2.728, 2.715, 2.766], "MuonH-fro": [2.740, 2.722, 2.717],
           "MACRO-spec": [2.728, 2.715, 2.783], "MACRO-fro": [2.742, 2.730, 2.718]}
+
+
+# The study a verdict box states (``power.study_text``) where the ledger asks for one (``study: required``);
+# ``show_verdict`` passes it on, ``width_transfer_study`` glues its numbers.
+VERDICT_STUDIES = {
+    "P-WD-05": study_text(
+        "1 seed per sweep point, 3 benchmark",
+        "widths 32, 64 and 128 (depth 2), rates 0.003 to 0.3 (run width_transfer); the noise of a point from run "
+        "sphere_benchmark at width 64", "wt_study", ".2g",
+        r"final validation loss at width 64 (MACRO-fro at $\eta = 0.03$, the noisier sphere)",
+        "a difference between two one-seed points, such as a best rate and its neighbour: t-test with the "
+        "benchmark's seed standard deviation, 2 degrees of freedom, two-sided 5%, power 80%"),
+}
+
+
+def show_verdict(claim_id, verdict, reason):
+    """``verdicts.show_verdict`` with the study this page states for ``claim_id`` (``VERDICT_STUDIES``), if any."""
+    from .verdicts import show_verdict as show
+
+    show(claim_id, verdict, reason, study=VERDICT_STUDIES.get(claim_id))
+
+
+def width_transfer_study(bench: dict, optimizers=("macro_fro", "macro_spec")):
+    """What the one-seed sweep of ``runs/width_transfer.md`` can resolve, from the benchmark record ``bench``
+    (Table 4 runs: the same model at width 64, three seeds, one learning rate per sphere).
+
+    Two single runs differ with standard deviation sd * sqrt(2); with sd estimated from the benchmark's n seeds
+    (df = n - 1), the smallest true difference between two sweep points a t-test detects is
+    (t_{0.975} + t_{0.8}) * sd * sqrt(2) = ``detectable_difference(x) * sqrt(2 n)``. One row per sphere: its
+    benchmark rate, number of seeds, seed range and that difference; the noisier sphere's range and difference are glued as
+    ``wt_study_spread`` and ``wt_study_mde``."""
+    finals = pd.DataFrame([dict(optimizer=r["coords"]["optimizer"], lr=r["lr"], val=r["common_val_loss"])
+                           for r in bench["runs"]
+                           if r["coords"]["group"] == "table4" and r["coords"]["optimizer"] in optimizers])
+    rows = {}
+    for o, g in finals.groupby("optimizer"):
+        assert g.lr.nunique() == 1, f"{o}: the benchmark ran it at more than one learning rate"
+        x = list(g.val)
+        rows[o] = dict(lr=float(g.lr.iloc[0]), seeds=len(x), spread=seed_spread(x),
+                       mde=detectable_difference(x) * math.sqrt(2 * len(x)))
+    study = pd.DataFrame.from_dict(rows, orient="index")
+    noisy = study.spread.idxmax()
+    glue_study("wt_study", float(study.loc[noisy, "spread"]), float(study.loc[noisy, "mde"]), ".2g")
+    return study
 
 
 def _plt():

@@ -77,14 +77,15 @@ def verdict_anchor(claim_id: str) -> str:
 
 
 def verdict_markdown(claim_id: str, verdict: str, reason: str, criterion: dict | None = None,
-                     history: list | None = None) -> str:
-    """The MyST admonition ``show_verdict`` displays (no ledger check: that is ``show_verdict``'s job); with a
-    pre-registered ``criterion`` (and its ``history`` of changes) these follow the reason."""
+                     history: list | None = None, study: str | None = None) -> str:
+    """The MyST admonition ``show_verdict`` displays (no ledger check: that is ``show_verdict``'s job); the
+    ``study`` sentence (``power.study_text``: seeds, scale, spread, detectable effect) and a pre-registered
+    ``criterion`` (with its ``history`` of changes) follow the reason."""
     status_class = "verdict-" + verdict.replace(" ", "-")
-    extra = ""
+    extra = f"\n\n**Study:** {escape_prose(study)}" if study else ""
     if criterion is not None:
         rules = "; ".join(f"*{s}* if `{c}`" for s, c in criterion["decide"])
-        extra = (f"\n\n**Criterion** (in book/claims.yml before the evidence): {escape_prose(criterion['statistic'])} "
+        extra += (f"\n\n**Criterion** (in book/claims.yml before the evidence): {escape_prose(criterion['statistic'])} "
                  f"Scale: {escape_prose(criterion['scale'])}"
                  + (f"; {criterion['seeds']} seeds" if criterion["seeds"] else "") + f". Decision: {rules}.")
         for h in history or []:
@@ -118,7 +119,8 @@ def show_claim(claim_id: str) -> None:
     _markdown(claim_markdown(c, source_of(c, ledger)["kind"]))
 
 
-def show_verdict(claim_id: str, verdict: str | None = None, reason: str = "", evidence: dict | None = None) -> None:
+def show_verdict(claim_id: str, verdict: str | None = None, reason: str = "", evidence: dict | None = None,
+                 study: str | None = None) -> None:
     """Render the verdict on ``claim_id`` as an admonition; fail unless the ledger records the same status.
 
     A claim with a pre-registered ``criterion`` in the ledger gets its status from it: pass the measured
@@ -126,8 +128,13 @@ def show_verdict(claim_id: str, verdict: str | None = None, reason: str = "", ev
     criterion and any change to it (``criterion_history``) are printed under the reason.
 
     ``reason`` is prose: it is shown as written, except ``$math$``, code spans and roles such as
-    ``{glue:text}`name:fmt``` (see the module doc)."""
+    ``{glue:text}`name:fmt``` (see the module doc). ``study`` (``power.study_text``) states the seeds, scale,
+    seed spread and smallest detectable effect of an experiment; a claim the ledger marks ``study: required``
+    is refused without it."""
     c = claim(claim_id)
+    if c.get("study") == "required" and not study:
+        raise ValueError(f"{claim_id}: book/claims.yml asks for its study (seeds, scale, spread, detectable effect): "
+                         "pass study=power.study_text(...) with the numbers glued by power.glue_study")
     if c.get("criterion") is not None:
         if evidence is None:
             raise ValueError(f"{claim_id} has a pre-registered criterion: pass evidence={{...}} with the names its "
@@ -146,4 +153,4 @@ def show_verdict(claim_id: str, verdict: str | None = None, reason: str = "", ev
             f"this chapter's check gives {verdict!r} for {claim_id}, but book/claims.yml says "
             f"{c['status']!r}: update the ledger (status and chapter) or the check"
         )
-    _markdown(verdict_markdown(claim_id, verdict, reason, c.get("criterion"), c.get("criterion_history")))
+    _markdown(verdict_markdown(claim_id, verdict, reason, c.get("criterion"), c.get("criterion_history"), study))
