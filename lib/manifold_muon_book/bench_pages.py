@@ -332,3 +332,22 @@ def show_oblique_tables(obl_val, obl_diff, obl) -> None:
     show_table(norms, "Final norms of the query (q) and MLP up-projection (up) weights in the runs of "
                "{numref}`tab-ben-oblique` (input, output: the oblique manifolds): spectral, largest row and largest "
                "column (medians over the layers of a type, means over seeds).", "tab-ben-oblique-norms", norm_formats)
+
+
+def tuned_frame(bench: dict):
+    """The runs of the benchmark's group ``tuned`` (each sphere optimizer on the same 3 x 3 grid of rate and radius
+    factor), one row each, in the shape ``nf_pages.best_cells`` reads: norms ("learnable": this model keeps its
+    RMSNorm), optimizer (the assignment), lr, r, seed, validation loss on the common batches, diverged."""
+    import pandas as pd
+
+    from .nf_pages import run_settings
+
+    runs = [r for r in bench["runs"] if r["coords"].get("group") == "tuned"]
+    settings = run_settings({**bench, "runs": runs})
+    return pd.DataFrame([dict(norms="learnable", optimizer=run["assignment"], lr=s.lr, r=s.r, seed=run["seed"],
+                              val=run["common_val_loss"], diverged=run["diverged"])
+                         for run, (_, s) in zip(runs, settings.iterrows())])
+
+
+PAIRS = [("MuonH", "muonh_spec", "muonh_fro"), ("SSO / FSO", "sso", "fso"), ("MACRO", "macro_spec", "macro_fro")]
+"""The spectral / Frobenius pairs of the paper's Table 4: (label, spectral optimizer, Frobenius optimizer)."""

@@ -341,17 +341,21 @@ def best_cells(tuned):
     return pd.DataFrame(rows).set_index(["norms", "optimizer"])
 
 
-def tuned_table(best):
-    """``best_cells`` as shown: optimizer, norms, the grid searched, the best cell and its mean and seed range."""
+def tuned_table(best, names=None, norms_column: bool = True):
+    """``best_cells`` as shown: optimizer (its page name from ``names``, default ``OPT_NAMES``), norms (unless
+    ``norms_column`` is False), the grid searched, the best cell, whether it is on the grid's edge, and its mean
+    and seed range."""
+    names = OPT_NAMES if names is None else names
     import pandas as pd
 
     def show(x):
         return "none" if x is None or x != x else format(x, "g")
 
-    return pd.DataFrame([{"optimizer": OPT_NAMES[o], "RMSNorm gains": norms, "cells searched": int(b.cells),
-                          r"best $\eta$": show(b.lr), "best $r$": show(b.r), "on the grid's edge": b.edge,
-                          "mean": b["mean"], "seed range": b["range"]}
-                         for (norms, o), b in best.sort_index(level=1).iterrows()])
+    out = pd.DataFrame([{"optimizer": names[o], "RMSNorm gains": norms, "cells searched": int(b.cells),
+                         r"best $\eta$": show(b.lr), "best $r$": show(b.r), "on the grid's edge": b.edge,
+                         "mean": b["mean"], "seed range": b["range"]}
+                        for (norms, o), b in best.sort_index(level=1).iterrows()])
+    return out if norms_column else out.drop(columns="RMSNorm gains")
 
 
 def paired_gap(best, a, b):
