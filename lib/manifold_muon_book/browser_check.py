@@ -63,7 +63,11 @@ SCREENSHOTS = {
     "chapters/04_solver.html": "chapter_04.png",
     "chapters/07_spectral_evidence.html": "chapter_07.png",
     "chapters/11_normalization_free.html": "chapter_11.png",
+    "chapters/11_normalization_free.html#tab-nf-tuned": "chapter_11_tuned.png",
+    "chapters/11_normalization_free.html#verdict-p-nf-06": "chapter_11_verdict.png",
     "chapters/13_benchmarks.html": "chapter_13.png",
+    "chapters/13_benchmarks.html#tab-ben-tuned-pairs": "chapter_13_tuned.png",
+    "chapters/05_five_assignments.html#tab-pairs-main": "chapter_05_pairs.png",
     "book/claims.html": "claims_page.png",
     "book/claims.html#claims-table": "claims_table.png",
 }
