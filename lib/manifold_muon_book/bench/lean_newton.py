@@ -11,6 +11,8 @@ i^-1.3 spectrum whose singular vectors turn at correlation 0.95 a step), against
   the better of the two candidates is kept by ``torch.where``; t doubles (to 1) where the dual value fell and
   halves where it rose, and a rise keeps the old multiplier.
 * ``lean (ADMM-1)``: the library's lean solve (``inner_solvers.lean_solve``), the same stream.
+* ``lean_cold``: the lean solve with no iteration and no warm start (the tangent projection's msign, scaled into
+  the unit ball) on the last momentum: what ``solver_table`` calls ``lean_cold``.
 
 Measured on this 2-core machine (2026-12-03, 384 x 128, 24 steps of the stationary stream; Muon's e_W 0.35% on
 Stiefel and Oblique, 0.26% on DGram): newton-cg3/5/10 gave 1.85/1.94/1.73x Muon's e_W on Stiefel and
@@ -22,6 +24,13 @@ the carried multiplier does not move at all (the full step raises the dual and i
 (n multipliers, a diagonal constraint) tracking by Newton is exact for about 1.6x the lean step's price; on
 Stiefel and DGram no k tried clears the 2/3-of-Muon bar. An earlier measurement on the chain of ``correlated``
 mixtures (whose spectrum flattens; chapter 04) had cg5 at 0.65x on Stiefel: that stream was easier.
+
+At GPT-2 small's shapes (2026-12-03, same stream): on Oblique 768 x 2304 newton-cg3 again reached the optimum
+(e_W below 1e-5; ADMM-1 0.35x Muon's 1.47%). On rectangular Stiefel the cold zero-iteration step (``lean_cold``)
+gives e_W 0.66% at 768 x 2304, 768 x 3072 and 3072 x 768, 0.45x Muon's 1.47% and inside the 2/3 bar, where the
+tracked lean step settles at 1.15-1.19% (chapter 04); on DGram 768 x 2304 it gives 1.10%, 0.99x Muon's 1.11%
+(tracked: 0.85x). So the per-manifold default these measurements argue for is cold on rectangular Stiefel and
+tracked on Oblique (by ADMM as now, or by Newton at about 1.6x the price for the exact answer).
 """
 
 from __future__ import annotations
@@ -88,6 +97,8 @@ def main(shape=(384, 128), manifold: str = "stiefel", steps: int = 24, lr: float
         sol = lean_solve(W0, Gi, P, warm=warm, steps=1, diagonal=M.diagonal_gram)
         warm = (sol.Lambda, sol.U)
     out["lean (ADMM-1)"] = (e_W(sol.matrix()), float(sol.gap))
+    cold = lean_solve(W0, grads[-1], P, warm=None, steps=0, diagonal=M.diagonal_gram)  # no iteration, no warm start
+    out["lean_cold"] = (e_W(cold.matrix()), float(cold.gap))
     print(f"{shape} {manifold}, {steps} stream steps, reference gap {float(ref.gap.max()):.0e}, Muon's e_W "
           f"{100 * muon:.3f}%")
     for name, (e, gap) in out.items():
@@ -95,7 +106,18 @@ def main(shape=(384, 128), manifold: str = "stiefel", steps: int = 24, lr: float
     return {"muon_e_W": muon, **{k: v[0] for k, v in out.items()}}
 
 
+def _cli(args: list[str]) -> dict:
+    """``[MxN [manifold [steps]]]``, checked before any work starts."""
+    usage = "usage: python -m manifold_muon_book.bench.lean_newton [MxN [manifold [steps]]], e.g. 384x128 stiefel 24"
+    shape = args[0].lower().split("x") if args else ["384", "128"]
+    if len(shape) != 2 or not all(x.isdigit() and int(x) > 0 for x in shape):
+        raise SystemExit(f"lean_newton: the shape must be two positive integers joined by x, got {args[0]!r}\n{usage}")
+    if len(args) > 2 and not (args[2].isdigit() and int(args[2]) > 0):
+        raise SystemExit(f"lean_newton: steps must be a positive integer, got {args[2]!r}\n{usage}")
+    if len(args) > 3:
+        raise SystemExit(f"lean_newton: at most three arguments\n{usage}")
+    return main(tuple(int(x) for x in shape), *(args[1:2] or ["stiefel"]), *([int(args[2])] if len(args) > 2 else []))
+
+
 if __name__ == "__main__":
-    args = sys.argv[1:]
-    main(tuple(int(x) for x in args[0].split("x")) if args else (384, 128), *(args[1:2] or ["stiefel"]),
-         *([int(args[2])] if len(args) > 2 else []))
+    _cli(sys.argv[1:])
