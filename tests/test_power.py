@@ -5,7 +5,7 @@ import random
 
 import pytest
 
-from manifold_muon_book.power import (detectable_difference, disjoint_ranges_chance, holm, paired_t_pvalue, seed_spread,
+from manifold_muon_book.power import (detectable_difference, disjoint_ranges_chance, holm, paired_t_pvalue, seed_range,
                                       study_text, t_cdf, t_quantile)
 
 
@@ -59,7 +59,7 @@ def test_welch_for_independent_arms_and_bad_input_is_refused():
     with pytest.raises(ValueError, match="alpha and power"):
         detectable_difference(a, alpha=1.5)
     assert detectable_difference([0.25, 0.25, 0.25]) == 0.0  # no spread: any difference is seen
-    assert seed_spread([3.0, 1.0, 2.0]) == 2.0
+    assert seed_range([3.0, 1.0, 2.0]) == 2.0
 
 
 def test_the_study_sentence_names_seeds_scale_spread_and_detectable_effect():

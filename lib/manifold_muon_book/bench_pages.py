@@ -16,7 +16,7 @@ __all__ = ["NAMES", "ORDER", "SPHERE", "paper_val", "dash", "shown", "table4_run
            "eval_curves", "violations", "oblique_runs", "micro_ratios", "curves_figure", "cpu_table",
            "in_thousandths", "BISECTION_ROWS", "bisection_summary", "MANIFOLDS", "oblique_losses", "oblique_norms", "glue_values",
            "show_vs_muon_table", "show_pairs_table", "show_budget_table", "show_tuning_table", "show_cpu_table",
-           "show_violation_table", "show_bisection_table", "show_time_table", "show_oblique_tables"]
+           "show_violation_table", "show_bisection_table", "show_time_table", "show_oblique_tables", "tuned_frame", "PAIRS"]
 
 # The optimizers of the paper's Table 4, in its order, with the names the page shows.
 NAMES = {"muon": "Muon", "muonh_fro": "MuonH-fro", "muonh_spec": "MuonH-spec", "fso": "FSO", "sso": "SSO",
@@ -340,7 +340,7 @@ def tuned_frame(bench: dict):
     RMSNorm), optimizer (the assignment), lr, r, seed, validation loss on the common batches, diverged."""
     import pandas as pd
 
-    from .nf_pages import run_settings
+    from .tuned_grid import run_settings
 
     runs = [r for r in bench["runs"] if r["coords"].get("group") == "tuned"]
     settings = run_settings({**bench, "runs": runs})

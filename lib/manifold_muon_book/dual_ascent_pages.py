@@ -252,10 +252,10 @@ def exponent_resolution(wide: pd.DataFrame, best_w: pd.DataFrame, kind: str = TA
 
 def seed_ranges(per_seed: dict) -> tuple:
     """``{key: per-seed values}`` -> (smallest and largest seed spread, smallest and largest detectable shift of
-    the mean) over the keys (``power.seed_spread``; ``power.detectable_difference``, one sample)."""
-    from .power import detectable_difference, seed_spread
+    the mean) over the keys (``power.seed_range``; ``power.detectable_difference``, one sample)."""
+    from .power import detectable_difference, seed_range
 
-    spread = [seed_spread(v) for v in per_seed.values()]
+    spread = [seed_range(v) for v in per_seed.values()]
     mde = [detectable_difference(list(v)) for v in per_seed.values()]
     return min(spread), max(spread), min(mde), max(mde)
 

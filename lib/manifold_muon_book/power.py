@@ -27,7 +27,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 
-__all__ = ["t_cdf", "t_quantile", "detectable_difference", "seed_spread", "study_text", "glue_study", "paired_t_pvalue",
+__all__ = ["t_cdf", "t_quantile", "detectable_difference", "seed_range", "study_text", "glue_study", "paired_t_pvalue",
            "holm", "disjoint_ranges_chance"]
 
 
@@ -169,11 +169,12 @@ def disjoint_ranges_chance(n_a: int, n_b: int | None = None) -> float:
     return 2.0 * math.factorial(n_a) * math.factorial(n_b) / math.factorial(n_a + n_b)
 
 
-def seed_spread(values: Sequence[float]) -> float:
-    """The range (max - min) of a set of per-seed values: the book's seed spread."""
+def seed_range(values: Sequence[float]) -> float:
+    """The range (max - min) of a set of per-seed values: the book's seed spread (``evidence.seed_spread`` gives
+    the mean, standard deviation, min and max)."""
     xs = [float(v) for v in values]
     if len(xs) < 2:
-        raise ValueError("seed_spread: a spread needs at least two seeds")
+        raise ValueError("seed_range: a spread needs at least two seeds")
     return max(xs) - min(xs)
 
 

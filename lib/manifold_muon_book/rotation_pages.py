@@ -32,7 +32,7 @@ import numpy as np
 import pandas as pd
 import torch
 
-from .power import detectable_difference, glue_study, seed_spread, study_text
+from .power import detectable_difference, glue_study, seed_range, study_text
 from .stated import glue_value, stated_table
 
 __all__ = ["VERDICT_REASONS", "VERDICT_STUDIES", "TABLE9", "show_claims", "show_verdict", "width_transfer_study", "macro_step", "unprojected", "locked_rate_table", "delta_y_frame", "delta_y_table", "grad_norm_windows", "glue_grad_norm",
@@ -196,7 +196,7 @@ def width_transfer_study(bench: dict, optimizers=("macro_fro", "macro_spec")):
     for o, g in finals.groupby("optimizer"):
         assert g.lr.nunique() == 1, f"{o}: the benchmark ran it at more than one learning rate"
         x = list(g.val)
-        rows[o] = dict(lr=float(g.lr.iloc[0]), seeds=len(x), spread=seed_spread(x),
+        rows[o] = dict(lr=float(g.lr.iloc[0]), seeds=len(x), spread=seed_range(x),
                        mde=detectable_difference(x) * math.sqrt(2 * len(x)))
     study = pd.DataFrame.from_dict(rows, orient="index")
     noisy = study.spread.idxmax()
