@@ -119,8 +119,8 @@ def test_series_factor_lands_and_is_the_retraction_to_second_order(name, shape, 
 
 @pytest.mark.parametrize("name", NAMES)
 def test_lean_retraction_needs_no_eigendecomposition(name):
-    """On tall and wide weights the lean step's eigendecompositions are the solve's alone (one ADMM iteration and one
-    certificate: two eigh, one eigvalsh): the retraction adds none, on DGram too."""
+    """On tall and wide weights the lean step's eigendecompositions are the solve's alone (its default ADMM iterations,
+    none on Stiefel and one elsewhere, and one certificate): the retraction adds none, on DGram too."""
     M = get_manifold(name)
     Ws = [torch.nn.Parameter(M.random_point(s)) for s in [(24, 8), (8, 24)]]
     opt = ManifoldMuon(Ws, lr=0.05, manifold=name, inner="lean")
@@ -129,7 +129,8 @@ def test_lean_retraction_needs_no_eigendecomposition(name):
             w.grad = torch.randn(w.shape)
         with OpCounter(24) as ops:
             opt.step()
-    assert ops.counts["eigh"] == 2 * 2 and ops.counts.get("svd", 0) == 0
+    per_shape = (1 if name == "stiefel" else 2)  # cold on Stiefel: the certificate's eigh alone
+    assert ops.counts["eigh"] == 2 * per_shape and ops.counts.get("svd", 0) == 0
     assert all(float(M.residual(w.detach())) < 1e-5 for w in Ws)
 
 
@@ -251,3 +252,27 @@ def test_lean_direction_is_feasible_on_low_rank_gradients(name, rank):
             A = lean_solve(W, G, M.gram_projector, steps=1, diagonal=True).matrix().double()
             worst = max(worst, float(torch.linalg.matrix_norm(A, ord=2)) - 1)
     assert worst <= 1e-5
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_lean_defaults_by_manifold_act(name):
+    """The lean step's defaults: cold on Stiefel (no iteration, no warm start: its direction is the cold lean solve's
+    on every step, whatever came before), tracked elsewhere (the multiplier carried, one iteration); a value the
+    user gives acts instead."""
+    M = get_manifold(name)
+    g = torch.Generator().manual_seed(3)
+    W = torch.nn.Parameter(M.random_point((24, 8), generator=g))
+    opt = ManifoldMuon([W], lr=0.0, momentum=0.0, nesterov=False, manifold=name, inner="lean")
+    group = opt.param_groups[0]
+    cold = name == "stiefel"
+    assert (group["inner_steps"], group["warm_start"]) == ((0, False) if cold else (1, True))
+    G1, G2 = (spectrum_momentum((24, 8), g) for _ in range(2))
+    for G in (G1, G2):
+        W.grad = G.clone()
+        opt.step()
+    assert ("Lambda" in opt.state[W]) == (not cold)
+    alone = lean_solve(W.detach(), G2, M.gram_projector, warm=None, steps=0, diagonal=M.diagonal_gram)
+    assert torch.allclose(opt.state[W]["duality_gap"], alone.gap) == cold  # tracked: another multiplier
+    pinned = ManifoldMuon([torch.nn.Parameter(W.detach().clone())], manifold=name, inner="lean", inner_steps=2)
+    assert pinned.param_groups[0]["inner_steps"] == 2
+    assert pinned.param_groups[0]["warm_start"] == (not cold)

@@ -40,4 +40,4 @@ def test_the_cpu_preset_checks_the_rates_of_the_compared_arms():
     preset = load_run_preset("solver_training", "cpu", ROOT)
     check = preset["lr_check"]
     assert {"lean", "gram_admm"} <= set(check["solvers"]) and 0.02 not in check["lrs"]
-    assert len(solver_runs.arms(preset)) == 2 * 4 * 3 + 2 * 2 * 3
+    assert len(solver_runs.arms(preset)) == 2 * 5 * 3 + 2 * 2 * 3  # 2 assignments x 5 arms x 3 seeds, then the check

@@ -10,13 +10,14 @@ from manifold_muon_book.bench import solver_table
 
 def test_lean_rows_carry_a_steady_state_accuracy_judged_by_the_target():
     rows = solver_table.measure((24, 8), "stiefel", repeats=1, warmup=1, ref_max_n=64, steady=8,
-                                variants=("lean", "lean3", "gram_admm"))
+                                variants=("lean", "lean_tracked", "lean3", "gram_admm"))
     by = {r["variant"]: r for r in rows}
-    for v in ("lean", "lean3"):
+    for v in ("lean", "lean_tracked", "lean3"):
         assert by[v]["steady_steps"] == 8
         assert 0 <= by[v]["e_W_steady_lr0.02"] < 0.05 and by[v]["muon_e_W_steady_lr0.02"] > 0
-    assert "e_W_steady_lr0.02" not in by["gram_admm"]        # only the tracked solves have a transient to settle
-    assert by["lean3"]["ops"]["eigh"] == by["lean"]["ops"]["eigh"] + 2  # inner_steps=3 acts: two more ADMM eighs
+    assert "e_W_steady_lr0.02" not in by["gram_admm"]        # only the lean solves are run along the long stream
+    assert by["lean3"]["ops"]["eigh"] == by["lean_tracked"]["ops"]["eigh"] + 2  # inner_steps=3 acts: two more ADMM eighs
+    assert by["lean"]["ops"]["eigh"] == by["lean_tracked"]["ops"]["eigh"] - 1   # the default on Stiefel is cold: none
     bar = min(0.01, 2 / 3 * by["lean"]["muon_e_W_steady_lr0.02"])
     steady_miss = [m for m in by["lean"]["misses"] if m.startswith("e_W")]
     assert bool(steady_miss) == (by["lean"]["e_W_steady_lr0.02"] > bar)
@@ -28,9 +29,12 @@ def test_no_steady_state_without_a_longer_stream():
     assert "e_W_steady_lr0.02" not in rows[0] and "e_W_lr0.02" in rows[0]
 
 
-def test_an_unknown_variant_is_refused_before_any_work(tmp_path):
+def test_an_unknown_variant_or_manifold_is_refused_before_any_work(tmp_path):
     with pytest.raises(ValueError, match="unknown variant.*choose from"):
         solver_table.main(tmp_path, quick=True, variants=("lean", "fast"))
+    assert not list(tmp_path.iterdir())
+    with pytest.raises(ValueError, match="unknown manifold.*choose from"):
+        solver_table.main(tmp_path, quick=True, manifolds=("sphere",))
     assert not list(tmp_path.iterdir())
 
 

@@ -8,9 +8,14 @@ Inner solvers (``inner``):
 
 * ``"lean"``: Manifold Muon at about Muon's price. Square Stiefel in closed form
   (``square_stiefel_step``: one eigendecomposition, exact, gap 0 to rounding, retraction free); elsewhere
-  ``inner_solvers.lean_solve``: the dual (Lambda, U) carried from the previous step, ``inner_steps`` (1) ADMM
-  iterations, one certificate, and ``lean_retract`` (no eigendecomposition: Stiefel and DGram by a series,
-  Oblique exact). Fixed work per matrix and no host synchronisation; the certified gap is
+  ``inner_solvers.lean_solve``, one certificate, and ``lean_retract`` (no eigendecomposition: Stiefel and DGram
+  by a series, Oblique exact). How the multiplier is found depends on the manifold (``lean_defaults``):
+  rectangular Stiefel cold, with no iteration (``inner_steps=0, warm_start=False``: the tangent projection's
+  msign, scaled into the unit ball; one eigendecomposition), DGram and Oblique tracked (the dual (Lambda, U)
+  carried from the previous step, ``inner_steps=1`` ADMM iteration). Measured on a stream of training-like
+  momenta (benchmark ``solver_table``, chapter 04): on rectangular Stiefel the cold step's settled e_W is
+  0.45x Muon's own at GPT-2 small's shapes where the tracked one's is 0.8x, for one eigendecomposition
+  fewer; on DGram and Oblique tracking is the more accurate of the two. Fixed work per matrix and no host synchronisation; the certified gap is
   recorded, not enforced (on training-like momenta it is about 0.1-0.3: the measured accuracy-cost table
   is the benchmark ``solver_table`` and chapter 04). Not the default: at the cpu preset it trains measurably
   worse than ``"gram_admm"`` (chapter 05, run ``solver_training``).
@@ -46,7 +51,7 @@ from .inner_solvers import (GramSolve, Span, _sym, admm, dual_ascent, exact_solv
                             lean_solve, rms, tangent_defect)
 
 
-__all__ = ["ManifoldMuon", "POST_RECIPE", "fused_retract", "lean_retract", "square_stiefel_step", "post_msign",
+__all__ = ["ManifoldMuon", "POST_RECIPE", "fused_retract", "lean_defaults", "lean_retract", "square_stiefel_step", "post_msign",
            "inverse_sqrt_newton_schulz", "inverse_sqrt_series"]
 
 # The blog post's inner solve, one argument away (inner="post"): what "Different Layers, Different
@@ -65,6 +70,7 @@ EXACT_MSIGN = ("lean", "exact", "gram_admm")
 # Settings left at None take these, per solver (a solver's unread settings are filled too, so that every
 # group holds every key; SOLVER_SETTINGS says which it reads, and a user-given unread one is refused).
 SOLVER_DEFAULTS = {
+    # lean: inner_steps and warm_start by manifold (``lean_defaults``), filled in before these
     "lean": dict(inner_steps=1, tol=None, warm_start=True, normalize=True, msign=DEFAULT.method,
                  ns_steps=DEFAULT.steps),
     "gram_admm": dict(inner_steps=16, tol=1e-3, warm_start=True, normalize=True, msign=DEFAULT.method,
@@ -90,6 +96,18 @@ SOLVER_SETTINGS = {
     "dual_ascent": ("inner_steps", "alpha", "tol", "warm_start", "normalize", "msign", "ns_steps", "msign_dtype"),
     "admm": ("inner_steps", "rho", "tol", "warm_start", "msign", "ns_steps", "msign_dtype"),
 }
+def lean_defaults(manifold) -> dict:
+    """The lean solve's ``inner_steps`` and ``warm_start`` on ``manifold`` (a name or an instance): on Stiefel
+    cold with no iteration (rectangular weights; a square one takes the closed form and reads neither), on DGram
+    and Oblique the multiplier tracked from the last step with one ADMM iteration. Why: measured on the
+    benchmark ``solver_table``'s stationary stream of momenta (chapter 04), not proven."""
+    from ..manifolds import get_manifold
+
+    if isinstance(get_manifold(manifold), Stiefel):
+        return dict(inner_steps=0, warm_start=False)
+    return dict(inner_steps=1, warm_start=True)
+
+
 _WHY_NOT = {
     "tol": "it does a fixed amount of work (inner_steps iterations) and records its certified gap instead of stopping on one",
     "msign": "it computes msign exactly from an n x n eigendecomposition",
@@ -206,12 +224,13 @@ class ManifoldMuon(MatrixOptimizer):
         lr: step length of W - lr * A (A has singular values <= 1).
         momentum, nesterov: Muon momentum on the gradient.
         inner: "gram_admm" (default), "lean", "exact", "post", "dual_ascent" or "admm" (module docstring).
-        inner_steps: iterations (None: 1 for lean, 16 ADMM before Newton for exact, 16 for gram_admm, 20 for
-            post / dual_ascent, 10 for admm).
+        inner_steps: iterations (None: for lean 0 on Stiefel and 1 on DGram and Oblique, 16 ADMM before Newton
+            for exact, 16 for gram_admm, 20 for post / dual_ascent, 10 for admm).
         tol: the relative residual the inner solve stops at: gram_admm / exact stop when the relative
             duality gap is <= tol (1e-3 / 1e-6); dual_ascent / admm stop a matrix when ||H||_RMS < tol
             (default None: never). lean does fixed work and refuses it.
-        warm_start: start each solve from the previous step's multipliers (default: True for gram_admm).
+        warm_start: start each solve from the previous step's multipliers (default: True for gram_admm and
+            exact; for lean False on Stiefel, True on DGram and Oblique).
         alpha: dual-ascent step (linear decay to 0), read by post / dual_ascent; rho: ADMM penalty
             (None: 1/sqrt(n)), read by gram_admm / lean / admm.
         normalize: rescale G to unit RMS before the solve (lean, post and dual_ascent; False for "post", as
@@ -252,6 +271,10 @@ class ManifoldMuon(MatrixOptimizer):
                              f"({'; '.join(dict.fromkeys(_WHY_NOT[k] for k in inert))}), so it would do nothing: "
                              "leave it out, or choose an inner solver that reads it ("
                              + "; ".join(f"{k}: {', '.join(v)}" for k, v in readers.items()) + ")")
+        if inner == "lean":  # by manifold first (cold on Stiefel, tracked elsewhere)
+            for key, value in lean_defaults(param_group.get("manifold", self.defaults["manifold"])).items():
+                if param_group.get(key, self.defaults.get(key)) is None:
+                    param_group[key] = value
         for key, value in SOLVER_DEFAULTS[inner].items():
             if param_group.get(key, self.defaults.get(key)) is None:
                 param_group[key] = value
@@ -289,7 +312,8 @@ class ManifoldMuon(MatrixOptimizer):
 
     def _lean_update(self, W, G, group, states):
         """The lean default: square Stiefel in closed form (``square_stiefel_step``); elsewhere ``lean_solve``
-        (the dual tracked across steps, ``inner_steps`` ADMM iterations) and ``lean_retract``. No host
+        (``inner_steps`` ADMM iterations, from the last step's multiplier where ``warm_start``, else from the
+        tangent projection; the defaults by manifold, ``lean_defaults``) and ``lean_retract``. No host
         synchronisation: diagnostics stay tensors, the retraction's guard is read once per step by ``step``."""
         M, lr, wd = group["manifold"], group["lr"], group["weight_decay"]
         if isinstance(M, Stiefel) and W.size(-2) == W.size(-1):

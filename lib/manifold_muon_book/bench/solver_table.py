@@ -17,11 +17,13 @@ W - lr A* with A* certified in float64 by ``exact_solve`` (gap <= 1e-9 asked; re
 
 The lean solves track the dual across optimizer steps, so their e_W depends on how long they have tracked: after the
 few steps above (``warmup + repeats + 1``, six in the full table) they are still in their start-up transient. Where
-the reference exists, the lean variants (``lean``, the default of one ADMM iteration a step from the last step's
+the reference exists, the lean variants (``lean_tracked``, one ADMM iteration a step from the last step's
 multiplier; ``lean3``, three; ``lean_cold``, none and no warm start: the tangent projection's msign, scaled into
-the unit ball) are also run along a longer stream of ``steady`` momenta (64 in the full table) and ``e_W_steady_lr0.02`` is
+the unit ball; ``lean``, the library's default) are also run along a longer stream of ``steady`` momenta (64 in the full table) and ``e_W_steady_lr0.02`` is
 measured at its last momentum against a second certified reference, next to Muon's own e_W on that momentum
-(``muon_e_W_steady_lr0.02``). That stream is ``momenta.rotating_stream``: the same spectrum at every step, its
+(``muon_e_W_steady_lr0.02``). ``lean`` is the library's lean default, which since 2026-12-03 is ``lean_cold`` on
+Stiefel (``manifold_muon.optim.lean_defaults``) and ``lean_tracked`` on DGram and Oblique; before, it was
+``lean_tracked`` everywhere. That stream is ``momenta.rotating_stream``: the same spectrum at every step, its
 singular vectors turning so that consecutive momenta correlate 0.95. (A first version continued the chain of
 ``correlated`` mixtures above, whose spectrum flattens step by step: Muon's own e_W on its 48th momentum at
 768 x 2304 was 0.39% against 1.04% on its 6th, so "settled" there measured another spectrum, not a settled
@@ -52,9 +54,12 @@ from .common import CPU_SHAPES, GPT2_SHAPES, device, one_cpu_thread, write_resul
 from .momenta import correlated, rotating_stream, synthetic_momentum
 
 MANIFOLDS = ("stiefel", "dgram", "gram_oblique")
-VARIANTS = {"lean": dict(inner="lean"), "lean3": dict(inner="lean", inner_steps=3),
-            "lean_cold": dict(inner="lean", inner_steps=0, warm_start=False), "gram_admm": dict(inner="gram_admm"), "exact": dict(inner="exact"),
-            "post": dict(inner="post")}
+# lean: the library's lean default (by manifold: cold on Stiefel, tracked on DGram and Oblique); the other lean
+# variants pin both settings, so that they mean the same on every manifold
+VARIANTS = {"lean": dict(inner="lean"), "lean_tracked": dict(inner="lean", inner_steps=1, warm_start=True),
+            "lean3": dict(inner="lean", inner_steps=3, warm_start=True),
+            "lean_cold": dict(inner="lean", inner_steps=0, warm_start=False), "gram_admm": dict(inner="gram_admm"),
+            "exact": dict(inner="exact"), "post": dict(inner="post")}
 LRS = (0.02, 0.1)
 STEADY = 64  # the stream length at which the tracked (lean) solves' steady-state e_W is measured
 REF_TOL = 1e-7  # the reference's certified relative gap (asked); e_W is reported only where it reaches 1e-5
@@ -189,17 +194,21 @@ def measure(shape, manifold: str, repeats: int, warmup: int, ref_max_n: int, see
 
 def main(out_dir: Path, quick: bool = False, ref_max_n: int = 768, exact_max_n: int = 128,
          fail_on_miss: bool | None = None, shapes=None, name: str = "solver_table", repeats: int | None = None,
-         warmup: int | None = None, steady: int | None = None, variants=tuple(VARIANTS)) -> dict:
+         warmup: int | None = None, steady: int | None = None, variants=tuple(VARIANTS),
+         manifolds=MANIFOLDS) -> dict:
     """``exact_max_n``: the exact variant is timed only where the short side is at most this (at GPT-2 small's
     shapes one exact step takes minutes on one CPU thread; its accuracy is the reference's). ``ref_max_n``:
     e_W is measured where the short side is at most this (0: timing only, as ``runs/gpu_check.sh`` runs it).
     ``fail_on_miss`` (default: not ``quick``): exit non-zero when the lean step misses a target. ``shapes`` and
     ``name`` (the output file's stem): a part of the table, e.g. to run the CPU and GPT-2 shapes in two processes
     and ``merge`` them. ``steady``: the stream length for the lean variants' steady-state e_W (0: none; default
-    ``STEADY``, 6 in quick mode). ``variants``: a subset of ``VARIANTS``."""
+    ``STEADY``, 6 in quick mode). ``variants``: a subset of ``VARIANTS``; ``manifolds``: of ``MANIFOLDS``."""
     unknown = [v for v in variants if v not in VARIANTS]
     if unknown:
         raise ValueError(f"solver_table: unknown variant(s) {', '.join(unknown)}; choose from {', '.join(VARIANTS)}")
+    unknown = [m for m in manifolds if m not in MANIFOLDS]
+    if unknown:
+        raise ValueError(f"solver_table: unknown manifold(s) {', '.join(unknown)}; choose from {', '.join(MANIFOLDS)}")
     if quick:
         shapes, repeats, warmup, steady = [(48, 16), (16, 16)], 1, 1, 6 if steady is None else steady
     else:
@@ -208,11 +217,11 @@ def main(out_dir: Path, quick: bool = False, ref_max_n: int = 768, exact_max_n: 
     if device().type == "cuda":
         shapes = GPT2_SHAPES  # the shapes the GPU is for
     with one_cpu_thread(), Stopwatch() as sw:
-        rows = [r for s in shapes for m in MANIFOLDS
+        rows = [r for s in shapes for m in manifolds
                 for r in measure(s, m, repeats, warmup, ref_max_n, steady=steady,
                                  variants=tuple(v for v in variants if v != "exact" or min(s) <= exact_max_n))]
     misses = [f"{tuple(r['shape'])} {r['manifold']}: " + "; ".join(r["misses"]) for r in rows if r.get("misses")]
-    params = dict(shapes=[list(x) for x in shapes], manifolds=list(MANIFOLDS), variants={k: repr(v) for k, v in VARIANTS.items()},
+    params = dict(shapes=[list(x) for x in shapes], manifolds=list(manifolds), variants={k: repr(v) for k, v in VARIANTS.items()},
                   lrs=list(LRS), repeats=repeats, warmup=warmup, ref_max_n=ref_max_n, exact_max_n=exact_max_n,
                   decay=1.3, correlation=0.95, steady=steady,
                   quick=quick)
