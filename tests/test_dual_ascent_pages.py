@@ -95,3 +95,23 @@ def test_the_verdict_prose_quotes_what_it_is_given():
     assert pages.reason_da12(25.7, 19.6, 0.03, 9.5, [2e-6, 3e-4], True).startswith(
         "Exact arithmetic on the fit: 25.7x the default at n = 768 (19.6x at n = 512)")
     assert "3x to 950x the default" in pages.reason_da12(25.7, 19.6, 0.03, 9.5, [2e-6, 3e-4], False)
+
+
+def test_scaling_fit_reads_the_exponent_the_criterion_defines():
+    """``scaling_fit`` on finals whose mean is smallest at alpha = 2^(k/4) with k = round(4 * 0.67 log2 n) - 30: the
+    exponent it fits is that of the optima (within one grid step's resolution of 0.67), every optimum is interior,
+    and a seed whose own optima do not move with n gets an exponent of 0."""
+    import math
+
+    sizes, ks = [32, 64, 128, 256], range(-28, 1)
+    rows = []
+    for n in sizes:
+        k_opt = round(4 * 0.67 * math.log2(n)) - 30
+        for k in ks:
+            rows += [{"n": n, "k": k, "alpha": 2.0 ** (k / 4), "seed": 0, "final": 1 + (k - k_opt) ** 2},
+                     {"n": n, "k": k, "alpha": 2.0 ** (k / 4), "seed": 1, "final": 1 + 1e-4 * (k + 20) ** 2}]
+    fit = pages.scaling_fit(pd.DataFrame(rows))
+    assert fit["interior"] and abs(fit["b"] - 0.67) <= fit["resolution"]
+    assert abs(fit["b_seeds"][1]) < 1e-12 and abs(fit["b_seeds"][0] - 0.67) <= fit["resolution"]
+    edge = pd.DataFrame([r for r in rows if not (r["n"] == 256 and r["k"] > round(4 * 0.67 * 8) - 30)])
+    assert not pages.scaling_fit(edge)["interior"]  # n = 256's optimum now on its grid's upper edge

@@ -292,6 +292,10 @@ def test_every_setting_acts_or_is_refused(inner, setting):
         return
     base = dict(inner=inner, tol=0.0) if setting == "inner_steps" and inner in ("gram_admm", "exact") else dict(inner=inner)
     # (a solve stopped by tol before its cap shows inner_steps only when run to the cap)
+    if inner == "lean" and setting == "rho":  # the lean step is cold on Stiefel (no ADMM iteration): refused there,
+        with pytest.raises(ValueError, match="inner_steps=0.*rho"):  # acts once an iteration runs
+            ManifoldMuon([W], inner=inner, rho=value)
+        base = dict(inner=inner, inner_steps=1)
     assert not torch.equal(_two_steps(**base), _two_steps(**{**base, setting: value})), \
         f"{setting}={value!r} did nothing with inner={inner!r}"
 

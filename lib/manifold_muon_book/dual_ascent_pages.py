@@ -12,7 +12,7 @@ lays out:
 * the retraction study: ``retraction_row`` (medians of one snapshot's errors), ``flatness``, ``ra03_evidence``,
   ``eta_table``;
 * the studies the verdicts state (seeds, scale, seed spread, smallest detectable effect; ``power``):
-  ``seed_exponents``, ``exponent_resolution``, ``seed_ranges`` and the sentences ``study_da04``, ``study_da06``,
+  ``seed_exponents``, ``exponent_resolution``, ``seed_ranges``, ``scaling_frame``, ``scaling_fit``, ``scaling_figure`` and the sentences ``study_da04_own``, ``study_da06``,
   ``study_da08``, ``study_ra03``, ``study_ra06``;
 * tables and glue: ``step0_table``, ``stay_table``, ``best_table``, ``das_sweep_table``, ``glue_each``, ``glue_t20``;
 * the claims' quotation (``show_claims``) and the prose of the verdicts (``REASON_*``, ``reason_*``): each formats
@@ -32,7 +32,8 @@ from .stated import glue_magnitude, glue_value, magnitude, stated_table
 __all__ = ["KINDS", "POST_GRID", "POST_GRID_21", "post_own_batch", "post_own_sweep", "post_own_figure", "problem", "batch", "show_claims", "glue_each", "step0_table", "stay_table",
            "best_alpha", "fit_exponent", "best_table", "widen_until_interior", "at_n64", "retraction_row", "flatness",
            "ra03_evidence", "eta_table", "glue_t20", "seed_exponents", "exponent_resolution", "seed_ranges",
-           "study_da04", "study_da06", "study_da08", "study_ra03", "study_ra06", "das_sweep_table", "REASON_DA02", "REASON_DA10", "reason_da03", "reason_da04",
+           "scaling_frame", "scaling_fit", "scaling_figure", "near_optimal_span",
+           "study_da04_own", "study_da06", "study_da08", "study_ra03", "study_ra06", "das_sweep_table", "REASON_DA02", "REASON_DA10", "reason_da03", "reason_da04",
            "reason_da05", "reason_da06", "reason_da07", "reason_da08", "reason_da09", "reason_da11", "reason_da12",
            "reason_da13", "reason_ra01", "reason_ra03", "reason_ra04", "reason_ra05", "reason_ra06"]
 
@@ -250,6 +251,81 @@ def exponent_resolution(wide: pd.DataFrame, best_w: pd.DataFrame, kind: str = TA
     return float(step / np.log(FIT_SIZES[-1] / FIT_SIZES[0]))
 
 
+def scaling_frame(metrics: dict) -> pd.DataFrame:
+    """The run ``dual_ascent_scaling``'s finals as rows (n, k, alpha, seed, final): the post's own construction,
+    alpha = 2^(k/4)."""
+    rows = [{"n": int(n), "k": int(k), "alpha": 2.0 ** (int(k) / 4), "seed": s, "final": v}
+            for n, e in metrics["sizes"].items() for k, vals in e["finals"].items() for s, v in enumerate(vals)]
+    return pd.DataFrame(rows).sort_values(["n", "k", "seed"], ignore_index=True)
+
+
+def scaling_fit(frame: pd.DataFrame) -> dict:
+    """B-DA-04's statistic on ``scaling_frame`` (the criterion in runs/presets/dual_ascent_scaling.yml): per n the
+    grid point with the smallest mean final over the seeds, ``interior`` (none on its grid's edge), ``b`` the
+    least-squares slope of log alpha_opt on log n over every size, ``b_seeds`` the same fitted seed by seed
+    (each seed's own smallest final), ``a`` and ``r2`` (the fit's prefactor and coefficient of determination), and
+    ``resolution``: how far one grid step (a factor 2^(1/4)) of the optimum at the size that moves it most moves
+    ``b``."""
+    mean = frame.groupby(["n", "k"])["final"].mean()
+    opt = mean.groupby(level="n").idxmin().map(lambda nk: nk[1])
+    edges = frame.groupby("n")["k"].agg(["min", "max"])
+    interior = bool(((opt > edges["min"]) & (opt < edges["max"])).all())
+    x = np.log(opt.index.to_numpy(float))
+    b = float(np.polyfit(x, opt.to_numpy(float) * np.log(2) / 4, 1)[0])
+    per = frame.loc[frame.groupby(["n", "seed"])["final"].idxmin()]
+    b_seeds = [float(np.polyfit(np.log(g["n"].to_numpy(float)), np.log(g["alpha"].to_numpy()), 1)[0])
+               for _, g in per.sort_values("n").groupby("seed")]
+    dx = x - x.mean()
+    resolution = float(np.log(2) / 4 * np.abs(dx).max() / (dx ** 2).sum())
+    y = opt.to_numpy(float) * np.log(2) / 4  # log alpha_opt
+    slope, intercept = np.polyfit(x, y, 1)
+    r2 = float(1 - ((y - (intercept + slope * x)) ** 2).sum() / ((y - y.mean()) ** 2).sum())
+    return dict(alpha_opt={int(n): 2.0 ** (k / 4) for n, k in opt.items()}, interior=interior, b=b,
+                b_seeds=b_seeds, resolution=resolution, a=float(np.exp(intercept)), r2=r2)
+
+
+def scaling_figure(frame: pd.DataFrame, fit: dict):
+    """The mean final violation against alpha per size (the post's own construction), the optimum of each size
+    marked, and the post's fit 0.003 n^0.67 as a cross at each size's level."""
+    import matplotlib.pyplot as plt
+    import seaborn as sns
+
+    mean = frame.groupby(["n", "alpha"], as_index=False)["final"].mean()
+    fig, ax = plt.subplots(figsize=(7, 4))
+    sns.lineplot(data=mean, x="alpha", y="final", hue="n", palette="viridis", marker=".", ax=ax)
+    for n, a in fit["alpha_opt"].items():
+        y = float(mean[(mean["n"] == n) & (mean["alpha"] == a)]["final"].iloc[0])
+        ax.plot([a], [y], "o", mfc="none", mec="k")
+        ax.plot([0.003 * n ** 0.67], [y], "x", color="C3")
+    ax.set_xscale("log"); ax.set_yscale("log")
+    ax.set_xlabel("alpha (2^(k/4) grid)"); ax.set_ylabel("||H||_RMS after 100 steps (mean of seeds)")
+    ax.legend(title="n", loc="upper left", bbox_to_anchor=(1.02, 1.0))
+    return fig
+
+
+def near_optimal_span(frame: pd.DataFrame, within: float = 0.1) -> dict:
+    """Per n, the ratio of the largest to the smallest alpha whose mean final is within ``within`` (relative) of the
+    best mean final: how sharply the grid locates the optimum (a wide span: the optimum is a flat basin)."""
+    mean = frame.groupby(["n", "alpha"])["final"].mean()
+    out = {}
+    for n, m in mean.groupby(level="n"):
+        near = m[m <= (1 + within) * m.min()].index.get_level_values("alpha")
+        out[int(n)] = float(near.max() / near.min())
+    return out
+
+
+def study_da04_own(n_seeds: int, sizes) -> str:
+    """B-DA-04's study on the post's own construction (glued by the chapter: ``da04o_res``, ``da04o_b_lo``,
+    ``da04o_b_hi``, ``da04o_spread``, ``da04o_mde``)."""
+    return (f"{n_seeds} seeds; the post's own construction (square W orthogonalised by its msign, Polar Express 10 "
+            f"steps in bfloat16, raw Gaussian G), n = {', '.join(map(str, sizes))}, 100 dual-ascent steps, step "
+            f"sizes 2^(k/4). Resolution of the exponent: one grid step of the optimum at an end of the fit moves it "
+            f"by {{glue:text}}`da04o_res:.2f`. Fitted seed by seed (each seed's own optima), it lies between "
+            f"{{glue:text}}`da04o_b_lo:.2f` and {{glue:text}}`da04o_b_hi:.2f`: seed spread (range) "
+            f"{{glue:text}}`da04o_spread:.2f`. Smallest shift of the mean exponent this study detects: "
+            f"{{glue:text}}`da04o_mde:.2f` ({_TEST}, one sample).")
+
+
 def seed_ranges(per_seed: dict) -> tuple:
     """``{key: per-seed values}`` -> (smallest and largest seed spread, smallest and largest detectable shift of
     the mean) over the keys (``power.seed_range``; ``power.detectable_difference``, one sample)."""
@@ -261,18 +337,6 @@ def seed_ranges(per_seed: dict) -> tuple:
 
 
 _TEST = "two-sided t-test at 5%, power 80%"
-
-
-def study_da04(n_seeds: int) -> str:
-    """B-DA-04's study: the exponent's resolution and its spread over seeds (glued by the chapter: ``da04_res``,
-    ``da04_b_lo``, ``da04_b_hi``, ``da04_spread``, ``da04_mde``, ``da04_gap``)."""
-    return (f"{n_seeds} seeds; tall exact W, n = 32, 64, 128, 100 dual-ascent steps, the widened grid. Resolution of "
-            f"the exponent: one grid step at an end of the fit moves it by {{glue:text}}`da04_res:.1f` (the grid's "
-            f"log-spacing at the optima over log(128/32)). Fitted seed by seed (each seed's own optima), it lies between "
-            f"{{glue:text}}`da04_b_lo:.1f` and {{glue:text}}`da04_b_hi:.1f`: seed spread (range) "
-            f"{{glue:text}}`da04_spread:.1g`. Smallest shift of the mean exponent this study detects: "
-            f"{{glue:text}}`da04_mde:.1g` ({_TEST}, one sample), more than the {{glue:text}}`da04_gap:.2f` between "
-            f"the fitted exponent and the post's 0.67: this study cannot tell the two apart.")
 
 
 def study_da06(n_seeds: int) -> str:
@@ -361,12 +425,15 @@ def reason_da03(grows: dict, trend: bool, edge_pairs: int, h0_exact: float, n_se
             f"seeds) needs a GPU.")
 
 
-def reason_da04(edge_pairs: int, b_tall: float, top: float, n_seeds: int, b_wide_tall: float) -> str:
-    return (f"On the post's grid the optimum sits "
-            f"at its upper edge in {int(edge_pairs)} of 5 reproducible comparisons (the tall fit, {b_tall:.2f}, is not a "
-            f"measurement). Widened until interior (up to alpha = {top:.0f}), n = 32..128, {n_seeds} seeds, tall exact W: "
-            f"exponent {b_wide_tall:.2f}. For the square Newton-Schulz W the exponent is between 0 and 1.5 and not "
-            f"reproducible (chaotic iteration), so it does not enter the grade.")
+def reason_da04(edge_pairs: int, b_tall: float, top: float, n_seeds: int, b_wide_tall: float, b_own: float,
+                own_sizes) -> str:
+    return (f"Decided on the post's own construction and msign (run dual_ascent_scaling): fitted over n = "
+            f"{min(own_sizes)}..{max(own_sizes)} on a 2^(1/4) grid, the exponent is {b_own:.2f} (post: 0.67). "
+            f"Sensitivity readings: on the post's 11-point grid the optimum of the tall exact W and square "
+            f"Newton-Schulz W sits at its upper edge in {int(edge_pairs)} of 5 reproducible comparisons (the tall fit, "
+            f"{b_tall:.2f}, is not a measurement); widened by sqrt(10) until interior (up to alpha = {top:.0f}), "
+            f"n = 32..128, {n_seeds} seeds, the tall exact W gives {b_wide_tall:.2f}; for the square Newton-Schulz W "
+            f"the exponent is between 0 and 1.5 and not reproducible (chaotic iteration).")
 
 
 def reason_da05(pred16: float) -> str:

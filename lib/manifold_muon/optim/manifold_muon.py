@@ -278,6 +278,11 @@ class ManifoldMuon(MatrixOptimizer):
         for key, value in SOLVER_DEFAULTS[inner].items():
             if param_group.get(key, self.defaults.get(key)) is None:
                 param_group[key] = value
+        if inner == "lean" and param_group.get("inner_steps", self.defaults.get("inner_steps")) == 0 \
+                and param_group.get("rho", self.defaults.get("rho")) is not None:
+            raise ValueError("ManifoldMuon(inner='lean') with inner_steps=0 (the default on Stiefel: the cold step) runs "
+                             "no ADMM iteration, so rho (the ADMM penalty) would do nothing: leave rho out, or give "
+                             "inner_steps >= 1 for it to act")
         super().add_param_group(param_group)
 
     def check_group(self, group):
