@@ -7,11 +7,11 @@ are the named constants below, and it says which term dominates so that one know
 its entry in ``runs/presets/<name>.yml``, in the template's own loop (``TRAINING_LOOPS``: studies x seeds x
 assignments, noise levels x seeds, solvers x assignments x seeds, or the ``grid`` of ``paper_runs.expand_grid``
 for the notebooks that call ``paper_runs.grid_notebook``), every training config built by ``load_preset``
-exactly as the template builds it (per_assignment rows and overrides merged there, not here). The two
+exactly as the template builds it (per_assignment rows and overrides merged there, not here). The three
 notebooks that are matrix studies get a model of their own: ``msign_accuracy`` (SVDs and msigns of its
-shapes, on the CPU, as its notebook runs them) and ``dual_ascent_shapes`` (its CPU recording, a short
+shapes, on the CPU, as its notebook runs them), ``dual_ascent_shapes`` (its CPU recording, a short
 training, and per shape the dual-ascent sweeps, the post's snapshots and the certified float64 reference,
-at their iteration caps). A run this module does not know is reported as "no model" with the reason.
+at their iteration caps) and ``dual_ascent_scaling`` (per size the post's dual ascent over its step-size grid). A run this module does not know is reported as "no model" with the reason.
 
 **One training** (``training_cost``) on device D, steps = ``max_steps``:
 
@@ -617,12 +617,13 @@ CHECKPOINT_BYTES_PER_PARAM = 12
 
 def trainings(root: Path, name: str, scale: str) -> list[Training]:
     """The trainings run ``name`` does at ``scale`` (the enumerators above); [] for the matrix studies
-    (``msign_accuracy``, ``dual_ascent_shapes``: one small recorded training at most); ``NoModel`` if unknown."""
+    (``msign_accuracy``, ``dual_ascent_shapes``, ``dual_ascent_scaling``: one small recorded training at most);
+    ``NoModel`` if unknown."""
     from .pipeline import load_run_preset, run_scales
 
     if scale not in run_scales(root, name):
         raise NoModel(f"no {scale} entry in runs/presets/{name}.yml")
-    if name in ("msign_accuracy", "dual_ascent_shapes"):
+    if name in ("msign_accuracy", "dual_ascent_shapes", "dual_ascent_scaling"):
         return []
     preset = load_run_preset(name, scale, root)
     presets = root / "runs" / "presets" / "training"
@@ -687,6 +688,8 @@ def run_jobs(root: Path, name: str, scale: str, dev: Device) -> tuple[list[Job],
         return _msign_accuracy(preset), []
     if name == "dual_ascent_shapes":
         return _dual_ascent_shapes(preset, presets, dev)
+    if name == "dual_ascent_scaling":
+        return _dual_ascent_scaling(preset), []
     jobs, notes = [], []
     for t in trainings(root, name, scale):
         on_cpu = dev.kind == "cpu" or t.cfg.device == "cpu"
@@ -744,6 +747,21 @@ def _msign_accuracy(preset) -> list[Job]:
         c.dec("svd", m, n, reps)
         for k in preset["steps"]:
             c.msign(m, n, k, "float32", count=variants * reps)
+    return [_cost_job(c, dev, False)]
+
+
+def _dual_ascent_scaling(preset) -> list[Job]:
+    """runs/dual_ascent_scaling.md, on the CPU on any machine (torch's default threads): per size n and seed, the
+    construction's msign and, per step size of the grid (the once-only widening not counted), ``steps``
+    dual-ascent steps of one Polar Express msign (10 steps, bfloat16; costed as float32, as a CPU without
+    bfloat16 units runs it) and the two n x n float32 products of the multiplier's update."""
+    dev = measure_cpu()
+    c = Cost()
+    grid, steps = int(preset["k_hi"]) - int(preset["k_lo"]) + 1, int(preset["steps"])
+    for n in preset["sizes"]:
+        seeds = len(preset["seeds"])
+        c.msign(n, n, 10, "bfloat16", method="polar_express", count=seeds * (1 + grid * steps))
+        c.mm(seeds * grid * steps * 2 * 2 * n ** 3, n, "float32")
     return [_cost_job(c, dev, False)]
 
 
