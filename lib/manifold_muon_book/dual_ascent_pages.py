@@ -12,8 +12,10 @@ lays out:
 * the retraction study: ``retraction_row`` (medians of one snapshot's errors), ``flatness``, ``ra03_evidence``,
   ``eta_table``;
 * the studies the verdicts state (seeds, scale, seed spread, smallest detectable effect; ``power``):
-  ``seed_exponents``, ``exponent_resolution``, ``seed_ranges``, ``scaling_frame``, ``scaling_fit``, ``scaling_figure`` and the sentences ``study_da04_own``, ``study_da06``,
-  ``study_da08``, ``study_ra03``, ``study_ra06``;
+  ``seed_exponents``, ``exponent_resolution``, ``seed_ranges`` and the sentences ``study_da04_own``,
+  ``study_da06``, ``study_da08``, ``study_ra03``, ``study_ra06``;
+* the run ``dual_ascent_scaling`` (B-DA-04 on the post's own construction): ``scaling_frame``, ``scaling_fit``,
+  ``near_optimal_span``, ``scaling_figure``;
 * tables and glue: ``step0_table``, ``stay_table``, ``best_table``, ``das_sweep_table``, ``glue_each``, ``glue_t20``;
 * the claims' quotation (``show_claims``) and the prose of the verdicts (``REASON_*``, ``reason_*``): each formats
   the numbers the chapter passes it; the chapter decides every status.
@@ -270,17 +272,15 @@ def scaling_fit(frame: pd.DataFrame) -> dict:
     opt = mean.groupby(level="n").idxmin().map(lambda nk: nk[1])
     edges = frame.groupby("n")["k"].agg(["min", "max"])
     interior = bool(((opt > edges["min"]) & (opt < edges["max"])).all())
-    x = np.log(opt.index.to_numpy(float))
-    b = float(np.polyfit(x, opt.to_numpy(float) * np.log(2) / 4, 1)[0])
+    x, y = np.log(opt.index.to_numpy(float)), opt.to_numpy(float) * np.log(2) / 4  # log n, log alpha_opt
+    slope, intercept = np.polyfit(x, y, 1)
+    r2 = float(1 - ((y - (intercept + slope * x)) ** 2).sum() / ((y - y.mean()) ** 2).sum())
     per = frame.loc[frame.groupby(["n", "seed"])["final"].idxmin()]
     b_seeds = [float(np.polyfit(np.log(g["n"].to_numpy(float)), np.log(g["alpha"].to_numpy()), 1)[0])
                for _, g in per.sort_values("n").groupby("seed")]
     dx = x - x.mean()
     resolution = float(np.log(2) / 4 * np.abs(dx).max() / (dx ** 2).sum())
-    y = opt.to_numpy(float) * np.log(2) / 4  # log alpha_opt
-    slope, intercept = np.polyfit(x, y, 1)
-    r2 = float(1 - ((y - (intercept + slope * x)) ** 2).sum() / ((y - y.mean()) ** 2).sum())
-    return dict(alpha_opt={int(n): 2.0 ** (k / 4) for n, k in opt.items()}, interior=interior, b=b,
+    return dict(alpha_opt={int(n): 2.0 ** (k / 4) for n, k in opt.items()}, interior=interior, b=float(slope),
                 b_seeds=b_seeds, resolution=resolution, a=float(np.exp(intercept)), r2=r2)
 
 

@@ -15,9 +15,9 @@ Inner solvers (``inner``):
   carried from the previous step, ``inner_steps=1`` ADMM iteration). Measured on a stream of training-like
   momenta (benchmark ``solver_table``, chapter 04): on rectangular Stiefel the cold step's settled e_W is
   0.45x Muon's own at GPT-2 small's shapes where the tracked one's is 0.8x, for one eigendecomposition
-  fewer; on DGram and Oblique tracking is the more accurate of the two. Fixed work per matrix and no host synchronisation; the certified gap is
-  recorded, not enforced (on training-like momenta it is about 0.1-0.3: the measured accuracy-cost table
-  is the benchmark ``solver_table`` and chapter 04). Not the default: at the cpu preset it trains measurably
+  fewer; on DGram and Oblique tracking is the more accurate of the two. Fixed work per matrix and no host
+  synchronisation; the certified gap is recorded, not enforced (on training-like momenta it is about
+  0.1-0.3: the measured accuracy-cost table is the benchmark ``solver_table`` and chapter 04). Not the default: at the cpu preset it trains measurably
   worse than ``"gram_admm"`` (chapter 05, run ``solver_training``).
 * ``"exact"``: ``inner_solvers.exact_solve``: ``inner_steps`` (16) warm-started ADMM iterations, then damped
   Newton-CG on the dual (quadratic near the optimum), then more ADMM where neither certified, until the
@@ -51,8 +51,8 @@ from .inner_solvers import (GramSolve, Span, _sym, admm, dual_ascent, exact_solv
                             lean_solve, rms, tangent_defect)
 
 
-__all__ = ["ManifoldMuon", "POST_RECIPE", "fused_retract", "lean_defaults", "lean_retract", "square_stiefel_step", "post_msign",
-           "inverse_sqrt_newton_schulz", "inverse_sqrt_series"]
+__all__ = ["ManifoldMuon", "POST_RECIPE", "fused_retract", "lean_defaults", "lean_retract", "square_stiefel_step",
+           "post_msign", "inverse_sqrt_newton_schulz", "inverse_sqrt_series"]
 
 # The blog post's inner solve, one argument away (inner="post"): what "Different Layers, Different
 # Manifolds" ran for every constrained matrix.
@@ -96,6 +96,8 @@ SOLVER_SETTINGS = {
     "dual_ascent": ("inner_steps", "alpha", "tol", "warm_start", "normalize", "msign", "ns_steps", "msign_dtype"),
     "admm": ("inner_steps", "rho", "tol", "warm_start", "msign", "ns_steps", "msign_dtype"),
 }
+
+
 def lean_defaults(manifold) -> dict:
     """The lean solve's ``inner_steps`` and ``warm_start`` on ``manifold`` (a name or an instance): on Stiefel
     cold with no iteration (rectangular weights; a square one takes the closed form and reads neither), on DGram
