@@ -11,7 +11,8 @@ exactly as the template builds it (per_assignment rows and overrides merged ther
 notebooks that are matrix studies get a model of their own: ``msign_accuracy`` (SVDs and msigns of its
 shapes, on the CPU, as its notebook runs them), ``dual_ascent_shapes`` (its CPU recording, a short
 training, and per shape the dual-ascent sweeps, the post's snapshots and the certified float64 reference,
-at their iteration caps) and ``dual_ascent_scaling`` (per size the post's dual ascent over its step-size grid). A run this module does not know is reported as "no model" with the reason.
+at their iteration caps) and ``dual_ascent_scaling`` (per size the post's dual ascent over its step-size grid);
+``MATRIX_STUDIES`` names them. A run this module does not know is reported as "no model" with the reason.
 
 **One training** (``training_cost``) on device D, steps = ``max_steps``:
 
@@ -608,6 +609,8 @@ def _grid(preset, presets):  # paper_runs.run_grid (the notebooks that call grid
 
 
 TRAINING_LOOPS = {"five_assignments": _studies, "msign_tolerance": _noise, "solver_training": _solvers}
+# The notebooks that are matrix studies (a model of their own in ``run_jobs``; one small recorded training at most)
+MATRIX_STUDIES = ("msign_accuracy", "dual_ascent_shapes", "dual_ascent_scaling")
 
 
 # A checkpoint holds the weights (4 P bytes) and at most two float32 buffers per weight of optimizer state
@@ -616,14 +619,13 @@ CHECKPOINT_BYTES_PER_PARAM = 12
 
 
 def trainings(root: Path, name: str, scale: str) -> list[Training]:
-    """The trainings run ``name`` does at ``scale`` (the enumerators above); [] for the matrix studies
-    (``msign_accuracy``, ``dual_ascent_shapes``, ``dual_ascent_scaling``: one small recorded training at most);
+    """The trainings run ``name`` does at ``scale`` (the enumerators above); [] for the ``MATRIX_STUDIES``;
     ``NoModel`` if unknown."""
     from .pipeline import load_run_preset, run_scales
 
     if scale not in run_scales(root, name):
         raise NoModel(f"no {scale} entry in runs/presets/{name}.yml")
-    if name in ("msign_accuracy", "dual_ascent_shapes", "dual_ascent_scaling"):
+    if name in MATRIX_STUDIES:
         return []
     preset = load_run_preset(name, scale, root)
     presets = root / "runs" / "presets" / "training"
