@@ -333,3 +333,52 @@ def test_make_reproduce_prints_its_plan_and_survives_a_failing_estimate(monkeypa
     monkeypatch.setattr(pipeline, "estimate", broken)
     assert pipeline._plan(ROOT, "cpu", ["a"], 1) == {}
     assert "no estimate: KeyError" in capsys.readouterr().out
+
+
+RESUMING_TEMPLATE = """---
+jupytext:
+  text_representation: {extension: .md, format_name: myst}
+kernelspec: {display_name: Python 3, language: python, name: python3}
+---
+
+```{code-cell} ipython3
+:tags: [parameters]
+
+scale = "cpu"
+out_dir = None
+inputs_sha = None
+```
+
+```{code-cell} ipython3
+import json, pathlib
+part = pathlib.Path(out_dir, "part.json")
+kept = part.exists()                          # a finished part is kept, as dual_ascent_scaling's sizes are
+if not kept:
+    part.write_text("{}")
+if pathlib.Path(out_dir).parent.joinpath("fail").exists():
+    raise RuntimeError("told to fail")
+pathlib.Path(out_dir, "metrics.json").write_text(json.dumps({"inputs_sha": inputs_sha, "kept_part": kept}))
+```
+"""
+
+
+def test_a_forced_run_starts_from_nothing_and_a_failed_one_gives_back_what_was_there(tmp_path):
+    """``make reproduce`` (``--force``) must not re-read the finished parts of the run it re-executes (committed parts
+    would make it reproduce nothing); if the new execution fails, the finished run it replaced is back, whole."""
+    root = tmp_path / "book"
+    (root / "runs" / "presets").mkdir(parents=True)
+    (root / "_config.yml").write_text("title: t\n")
+    (root / "runs" / "r.md").write_text(RESUMING_TEMPLATE)
+    (root / "runs" / "presets" / "r.yml").write_text("cpu: {n: 1}\n")
+    out = root / "runs" / "r" / "cpu"
+    pipeline.do_runs(root, "cpu", force=False, workers=1)
+    assert json.loads((out / "metrics.json").read_text())["kept_part"] is False
+    pipeline.do_runs(root, "cpu", force=True, workers=1)        # a re-execution: the part is made again
+    assert json.loads((out / "metrics.json").read_text())["kept_part"] is False
+    assert not (root / "runs" / "r" / "cpu.previous").exists()
+    before = {p.name: p.read_bytes() for p in out.iterdir()}
+    (root / "runs" / "r" / "fail").write_text("")
+    with pytest.raises(Exception):
+        pipeline.do_runs(root, "cpu", force=True, workers=1)
+    assert {p.name: p.read_bytes() for p in out.iterdir()} == before  # the finished run, as it was
+    assert not (root / "runs" / "r" / "cpu.previous").exists()

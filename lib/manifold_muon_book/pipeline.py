@@ -49,6 +49,7 @@ import json
 import logging
 import os
 import re
+import shutil
 import signal
 import sys
 import threading
@@ -407,14 +408,23 @@ def do_runs(root: Path, scale: str, force: bool, only: list[str] | None = None, 
         out = (out_root or root / "runs") / name / scale
         metrics = out / "metrics.json"
         sha = run_inputs_sha(name, scale, root)
+        previous = _set_aside(out) if force and metrics.exists() else None
         out.mkdir(parents=True, exist_ok=True)
         print(f"[runs] {name} @ {scale}: executing ...", flush=True)
         params = {"scale": scale, "out_dir": str(out), "inputs_sha": sha}
         if takes_workers(template_md):
             params["workers"] = workers
-        dt = _execute(template_nb, out / "run.ipynb", root / "runs", params)
-        if not metrics.exists():
-            raise RuntimeError(f"runs/{name}.md ran but wrote no {metrics}; it must end by writing its metrics")
+        try:
+            dt = _execute(template_nb, out / "run.ipynb", root / "runs", params)
+            if not metrics.exists():
+                raise RuntimeError(f"runs/{name}.md ran but wrote no {metrics}; it must end by writing its metrics")
+        except BaseException:
+            if previous is not None:  # the finished run that was set aside comes back; the new attempt's files go
+                shutil.rmtree(out, ignore_errors=True)
+                previous.rename(out)
+            raise
+        if previous is not None:
+            shutil.rmtree(previous)
         print(f"[runs] {name} @ {scale}: done in {dt:.1f} s")
         done.append(name)
         if len(todo) > 1:
@@ -422,6 +432,20 @@ def do_runs(root: Path, scale: str, force: bool, only: list[str] | None = None, 
             eta = "" if any(x != x for x in rest) else f"; about {_duration(sum(rest))} left (estimated)"
             print(f"[runs] {k} of {len(todo)} runs done{eta}", flush=True)
     return done
+
+
+def _set_aside(out: Path) -> Path:
+    """Move a finished run's folder to ``<scale>.previous`` before a forced re-execution, so that the run starts
+    from nothing: a run that keeps its finished parts to resume (``dual_ascent_scaling``'s ``sizes/``, which are
+    committed) would otherwise only re-read them, and ``make reproduce`` would time and reproduce nothing. The
+    caller puts it back if the new execution fails, and removes it once the new one has written its metrics.
+    (Finished trainings under ``runs/_train/`` are not in this folder: a forced run still resumes those, which
+    a fresh clone does not have.)"""
+    previous = out.with_name(out.name + ".previous")
+    if previous.exists():  # left by a run killed before it could clean up: the folder in place is the newer one
+        shutil.rmtree(previous)
+    out.rename(previous)
+    return previous
 
 
 def _duration(seconds: float) -> str:
