@@ -89,9 +89,13 @@ def test_the_problems_are_seeded_per_size_and_seed_and_have_their_construction()
 
 
 def test_the_verdict_prose_quotes_what_it_is_given():
-    text = pages.reason_da03({TALL: [0.5, 1.0, 2.0], NS: [0.29, 0.5, 1.0]}, True, 5, 3e-7, 4)
-    assert "4 seeds" in text and "0.5, 1, 2 for the tall" in text and "in 5 of the 5" in text and "order 1e-07" in text
-    assert "no monotone growth" in pages.reason_da03({TALL: [1, 1, 1]}, False, 5, 3e-7, 4)
+    grows = {TALL: [0.5, 1.0, 2.0], NS: [0.29, 0.5, 1.0]}
+    text = pages.reason_da03(0.019, 0.35, [32, 1024], False, 0.77, 0.51, 0.81, grows, True, 3e-7, 4)
+    assert "n = 32..1024" in text and "from 0.019 to 0.35, though not with every doubling" in text
+    assert "exponent is 0.77, between 0.51 and 0.81" in text and "4 seeds" in text and "order 1e-07" in text
+    assert "0.5, 1, 2 for the tall" in text and "non-decreasing in both" in text
+    assert "with every doubling of n" in pages.reason_da03(0.01, 0.3, [32, 64], True, 1, 0.5, 1.5, grows, True, 1e-7, 4)
+    assert "not monotone" in pages.reason_da03(0.01, 0.3, [32, 64], True, 1, 0.5, 1.5, {TALL: [1, 1, 1]}, False, 1e-7, 4)
     assert pages.reason_da12(25.7, 19.6, 0.03, 9.5, [2e-6, 3e-4], True).startswith(
         "Exact arithmetic on the fit: 25.7x the default at n = 768 (19.6x at n = 512)")
     assert "3x to 950x the default" in pages.reason_da12(25.7, 19.6, 0.03, 9.5, [2e-6, 3e-4], False)
@@ -115,3 +119,25 @@ def test_scaling_fit_reads_the_exponent_the_criterion_defines():
     assert abs(fit["b_seeds"][1]) < 1e-12 and abs(fit["b_seeds"][0] - 0.67) <= fit["resolution"]
     edge = pd.DataFrame([r for r in rows if not (r["n"] == 256 and r["k"] > round(4 * 0.67 * 8) - 30)])
     assert not pages.scaling_fit(edge)["interior"]  # n = 256's optimum now on its grid's upper edge
+
+
+def test_scaling_bootstrap_resamples_the_seeds_of_the_mean_curve():
+    """``scaling_bootstrap`` refits the mean curve's optima on every ordered draw of the seeds with replacement: s^s
+    values; the draw of all seeds once each is the plain fit, and a draw of one seed alone is that seed's own fit."""
+    import math
+
+    sizes, ks = [32, 64, 128, 256], range(-28, 1)
+    rows = []
+    for n in sizes:
+        k_opt = round(4 * 0.67 * math.log2(n)) - 30
+        for k in ks:
+            rows += [{"n": n, "k": k, "alpha": 2.0 ** (k / 4), "seed": 0, "final": 1 + (k - k_opt) ** 2},
+                     {"n": n, "k": k, "alpha": 2.0 ** (k / 4), "seed": 1, "final": 1 + 1e-4 * (k + 20) ** 2},
+                     {"n": n, "k": k, "alpha": 2.0 ** (k / 4), "seed": 2, "final": 1 + (k - k_opt) ** 2}]
+    frame = pd.DataFrame(rows)
+    boot = pages.scaling_bootstrap(frame)
+    fit = pages.scaling_fit(frame)
+    assert len(boot) == 27
+    assert abs(boot[1 * 9 + 1 * 3 + 1] - fit["b_seeds"][1]) < 1e-12 and abs(boot[1 * 9 + 1 * 3 + 1]) < 1e-12  # (1, 1, 1)
+    assert abs(boot[0 * 9 + 1 * 3 + 2] - fit["b"]) < 1e-12                                                  # (0, 1, 2)
+    assert boot.min() < 1e-12 and abs(boot.max() - fit["b_seeds"][0]) < 1e-12

@@ -12,10 +12,10 @@ lays out:
 * the retraction study: ``retraction_row`` (medians of one snapshot's errors), ``flatness``, ``ra03_evidence``,
   ``eta_table``;
 * the studies the verdicts state (seeds, scale, seed spread, smallest detectable effect; ``power``):
-  ``seed_exponents``, ``exponent_resolution``, ``seed_ranges`` and the sentences ``study_da04_own``,
+  ``seed_exponents``, ``exponent_resolution``, ``seed_ranges`` and the sentences ``study_da03_own``, ``study_da04_own``,
   ``study_da06``, ``study_da08``, ``study_ra03``, ``study_ra06``;
 * the run ``dual_ascent_scaling`` (B-DA-04 on the post's own construction): ``scaling_frame``, ``scaling_fit``,
-  ``near_optimal_span``, ``scaling_figure``;
+  ``scaling_bootstrap``, ``near_optimal_span``, ``scaling_figure``;
 * tables and glue: ``step0_table``, ``stay_table``, ``best_table``, ``das_sweep_table``, ``glue_each``, ``glue_t20``;
 * the claims' quotation (``show_claims``) and the prose of the verdicts (``REASON_*``, ``reason_*``): each formats
   the numbers the chapter passes it; the chapter decides every status.
@@ -26,6 +26,8 @@ The figures and the other tables of this chapter, and those of the run ``dual_as
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import pandas as pd
 
@@ -34,8 +36,8 @@ from .stated import glue_magnitude, glue_value, magnitude, stated_table
 __all__ = ["KINDS", "POST_GRID", "POST_GRID_21", "post_own_batch", "post_own_sweep", "post_own_figure", "problem", "batch", "show_claims", "glue_each", "step0_table", "stay_table",
            "best_alpha", "fit_exponent", "best_table", "widen_until_interior", "at_n64", "retraction_row", "flatness",
            "ra03_evidence", "eta_table", "glue_t20", "seed_exponents", "exponent_resolution", "seed_ranges",
-           "scaling_frame", "scaling_fit", "scaling_figure", "near_optimal_span",
-           "study_da04_own", "study_da06", "study_da08", "study_ra03", "study_ra06", "das_sweep_table", "REASON_DA02", "REASON_DA10", "reason_da03", "reason_da04",
+           "scaling_frame", "scaling_fit", "scaling_bootstrap", "scaling_figure", "near_optimal_span",
+           "study_da03_own", "study_da04_own", "study_da06", "study_da08", "study_ra03", "study_ra06", "das_sweep_table", "REASON_DA02", "REASON_DA10", "reason_da03", "reason_da04",
            "reason_da05", "reason_da06", "reason_da07", "reason_da08", "reason_da09", "reason_da11", "reason_da12",
            "reason_da13", "reason_ra01", "reason_ra03", "reason_ra04", "reason_ra05", "reason_ra06"]
 
@@ -261,6 +263,18 @@ def scaling_frame(metrics: dict) -> pd.DataFrame:
     return pd.DataFrame(rows).sort_values(["n", "k", "seed"], ignore_index=True)
 
 
+def _mean_optimum_slope(frame: pd.DataFrame, weights=None):
+    """(per n the k of the smallest mean final over the seeds, weighted by ``weights[seed]`` if given; the slope and
+    intercept of log alpha_opt on log n fitted to those optima)."""
+    w = frame["seed"].map(weights).fillna(0.0) if weights is not None else pd.Series(1.0, index=frame.index)
+    keys = [frame["n"], frame["k"]]
+    mean = (frame["final"] * w).groupby(keys).sum() / w.groupby(keys).sum()
+    opt = mean.groupby(level=0).idxmin().map(lambda nk: nk[1])
+    x, y = np.log(opt.index.to_numpy(float)), opt.to_numpy(float) * np.log(2) / 4  # log n, log alpha_opt
+    slope, intercept = np.polyfit(x, y, 1)
+    return opt, float(slope), float(intercept)
+
+
 def scaling_fit(frame: pd.DataFrame) -> dict:
     """B-DA-04's statistic on ``scaling_frame`` (the criterion in runs/presets/dual_ascent_scaling.yml): per n the
     grid point with the smallest mean final over the seeds, ``interior`` (none on its grid's edge), ``b`` the
@@ -268,12 +282,10 @@ def scaling_fit(frame: pd.DataFrame) -> dict:
     (each seed's own smallest final), ``a`` and ``r2`` (the fit's prefactor and coefficient of determination), and
     ``resolution``: how far one grid step (a factor 2^(1/4)) of the optimum at the size that moves it most moves
     ``b``."""
-    mean = frame.groupby(["n", "k"])["final"].mean()
-    opt = mean.groupby(level="n").idxmin().map(lambda nk: nk[1])
+    opt, slope, intercept = _mean_optimum_slope(frame)
     edges = frame.groupby("n")["k"].agg(["min", "max"])
     interior = bool(((opt > edges["min"]) & (opt < edges["max"])).all())
     x, y = np.log(opt.index.to_numpy(float)), opt.to_numpy(float) * np.log(2) / 4  # log n, log alpha_opt
-    slope, intercept = np.polyfit(x, y, 1)
     r2 = float(1 - ((y - (intercept + slope * x)) ** 2).sum() / ((y - y.mean()) ** 2).sum())
     per = frame.loc[frame.groupby(["n", "seed"])["final"].idxmin()]
     b_seeds = [float(np.polyfit(np.log(g["n"].to_numpy(float)), np.log(g["alpha"].to_numpy()), 1)[0])
@@ -282,6 +294,19 @@ def scaling_fit(frame: pd.DataFrame) -> dict:
     resolution = float(np.log(2) / 4 * np.abs(dx).max() / (dx ** 2).sum())
     return dict(alpha_opt={int(n): 2.0 ** (k / 4) for n, k in opt.items()}, interior=interior, b=float(slope),
                 b_seeds=b_seeds, resolution=resolution, a=float(np.exp(intercept)), r2=r2)
+
+
+def scaling_bootstrap(frame: pd.DataFrame) -> np.ndarray:
+    """``scaling_fit``'s exponent ``b`` on every bootstrap resample of the seeds (all s^s ordered draws of s seeds
+    with replacement, each seed weighted by how often it is drawn; exhaustive, so no random numbers): the spread of
+    the statistic the post and the criterion use (the optimum of the mean curve), where ``b_seeds`` is the spread of
+    another one (each seed's own optimum, whose flat basins move it by octaves). With 4 seeds there are 256 draws
+    but only 35 distinct resamples, so its quantiles are coarse."""
+    import itertools
+
+    seeds = sorted(frame["seed"].unique())
+    draws = itertools.product(seeds, repeat=len(seeds))
+    return np.array([_mean_optimum_slope(frame, {s: float(d.count(s)) for s in seeds})[1] for d in draws])
 
 
 def scaling_figure(frame: pd.DataFrame, fit: dict):
@@ -312,6 +337,20 @@ def near_optimal_span(frame: pd.DataFrame, within: float = 0.1) -> dict:
         near = m[m <= (1 + within) * m.min()].index.get_level_values("alpha")
         out[int(n)] = float(near.max() / near.min())
     return out
+
+
+def study_da03_own(n_seeds: int, sizes) -> str:
+    """B-DA-03's study on the post's own construction (glued by the chapter: ``da_boot_lo``, ``da_boot_hi``,
+    ``da_boot_mde``, ``span_small_lo``, ``span_small_hi``, ``span_large_hi``)."""
+    return (f"{n_seeds} seeds; the post's own construction and msign, n = {', '.join(map(str, sizes))}, 100 "
+            f"dual-ascent steps, step sizes 2^(k/4). Spread of the statistic: over every bootstrap resample of the "
+            f"seeds the exponent lies between {{glue:text}}`da_boot_lo:.2f` and {{glue:text}}`da_boot_hi:.2f` (5th "
+            f"and 95th percentiles; {n_seeds} seeds give only {math.comb(2 * n_seeds - 1, n_seeds)} distinct "
+            f"resamples, so these are coarse). Smallest exponent the criterion detects (its 5th percentile above 0): "
+            f"about the estimate's distance to that percentile, {{glue:text}}`da_boot_mde:.2f`. Below n = 256 the "
+            f"step sizes within 10% of the best span a factor {{glue:text}}`span_small_lo:.0f` to "
+            f"{{glue:text}}`span_small_hi:.0f`, from 256 on at most {{glue:text}}`span_large_hi:.1f`: the growth rests "
+            f"on the larger sizes.")
 
 
 def study_da04_own(n_seeds: int, sizes) -> str:
@@ -413,16 +452,20 @@ def das_sweep_table(sweep_t: pd.DataFrame):
 # The verdicts' prose: each formats what the chapter measured and passes in; no status is decided here.
 # ---------------------------------------------------------------------------------------------------------
 
-def reason_da03(grows: dict, trend: bool, edge_pairs: int, h0_exact: float, n_seeds: int) -> str:
-    return (f"On n = 16..128 ({n_seeds} seeds, 11 alphas on the post's interval, widened upward until interior) "
-            f"the best alpha at n = 32, 64, 128 is {', '.join(f'{a:.3g}' for a in grows[TALL])} for the tall "
-            f"exact W, and between 0.16 and 2 for the square Newton-Schulz W (non-decreasing in n; its exact values are "
-            f"not reproducible, the iteration being chaotic there): "
-            + ("it grows with n, but beyond the post's grid, whose edge 0.5 holds the optimum in "
-               f"{int(edge_pairs)} of the 5 reproducible comparisons. " if trend else "no monotone growth. ")
-            + f"For a square W exactly on the manifold the step-0 multiplier is already optimal (||H_0|| of order "
-            f"{magnitude(h0_exact):.0e}), so the smallest alpha is best. The full protocol (14 sizes to 1024, 10 "
-            f"seeds) needs a GPU.")
+def reason_da03(opt_lo: float, opt_hi: float, sizes, monotone: bool, b_own: float, b_lo: float, b_hi: float,
+                grows: dict, trend: bool, h0_exact: float, n_seeds: int) -> str:
+    return (f"Decided on the post's own construction and msign (run dual_ascent_scaling, n = {min(sizes)}..{max(sizes)}, "
+            f"the mean over the seeds): the best alpha goes from {opt_lo:.2g} to {opt_hi:.2g}"
+            + (" with every doubling of n" if monotone else ", though not with every doubling of n")
+            + f", and the fitted exponent is {b_own:.2f}, between {b_lo:.2f} and {b_hi:.2f} over the bootstrap "
+            f"resamples of the seeds: larger matrices want a larger step size. Not run: the post's other sizes "
+            f"(n = 16 among them), its other seeds and its alphas below 0.0078. Sensitivity readings (chapter 03's "
+            f"sweep, n = 16..128, {n_seeds} seeds): the best alpha at n = 32, 64, 128 is "
+            f"{', '.join(f'{a:.3g}' for a in grows[TALL])} for the tall exact W and between 0.16 and 2 for the square "
+            f"Newton-Schulz W (chaotic there, so not reproducible), "
+            + ("non-decreasing in both" if trend else "not monotone")
+            + f"; for a square W exactly on the manifold the step-0 multiplier is already optimal (||H_0|| of order "
+            f"{magnitude(h0_exact):.0e}), so the smallest alpha is best.")
 
 
 def reason_da04(edge_pairs: int, b_tall: float, top: float, n_seeds: int, b_wide_tall: float, b_own: float,

@@ -85,7 +85,7 @@ def verdict_markdown(claim_id: str, verdict: str, reason: str, criterion: dict |
     extra = f"\n\n**Study:** {escape_prose(study)}" if study else ""
     if criterion is not None:
         rules = "; ".join(f"*{s}* if `{c}`" for s, c in criterion["decide"])
-        extra += (f"\n\n**Criterion** (in book/claims.yml before the evidence): {escape_prose(criterion['statistic'])} "
+        extra += (f"\n\n**Criterion** (in book/claims.yml; written before the evidence existed, unless a change below says otherwise): {escape_prose(criterion['statistic'])} "
                  f"Scale: {escape_prose(criterion['scale'])}"
                  + (f"; {criterion['seeds']} seeds" if criterion["seeds"] else "") + f". Decision: {rules}.")
         for h in history or []:
