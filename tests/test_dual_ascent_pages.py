@@ -101,19 +101,27 @@ def test_the_verdict_prose_quotes_what_it_is_given():
     assert "3x to 950x the default" in pages.reason_da12(25.7, 19.6, 0.03, 9.5, [2e-6, 3e-4], False)
 
 
+def _scaling_rows(moving_seeds=(0,), flat_seeds=(1,)):
+    """Synthetic finals of the run dual_ascent_scaling at n = 32..256 on the grid k = -28..0: a moving seed's are
+    smallest at k = round(4 * 0.67 log2 n) - 30 (exponent 0.67), a flat seed's at k = -20 for every n (exponent 0)."""
+    import math
+
+    rows = []
+    for n in [32, 64, 128, 256]:
+        k_opt = round(4 * 0.67 * math.log2(n)) - 30
+        for k in range(-28, 1):
+            rows += [{"n": n, "k": k, "alpha": 2.0 ** (k / 4), "seed": s, "final": 1 + (k - k_opt) ** 2}
+                     for s in moving_seeds]
+            rows += [{"n": n, "k": k, "alpha": 2.0 ** (k / 4), "seed": s, "final": 1 + 1e-4 * (k + 20) ** 2}
+                     for s in flat_seeds]
+    return rows
+
+
 def test_scaling_fit_reads_the_exponent_the_criterion_defines():
     """``scaling_fit`` on finals whose mean is smallest at alpha = 2^(k/4) with k = round(4 * 0.67 log2 n) - 30: the
     exponent it fits is that of the optima (within one grid step's resolution of 0.67), every optimum is interior,
     and a seed whose own optima do not move with n gets an exponent of 0."""
-    import math
-
-    sizes, ks = [32, 64, 128, 256], range(-28, 1)
-    rows = []
-    for n in sizes:
-        k_opt = round(4 * 0.67 * math.log2(n)) - 30
-        for k in ks:
-            rows += [{"n": n, "k": k, "alpha": 2.0 ** (k / 4), "seed": 0, "final": 1 + (k - k_opt) ** 2},
-                     {"n": n, "k": k, "alpha": 2.0 ** (k / 4), "seed": 1, "final": 1 + 1e-4 * (k + 20) ** 2}]
+    rows = _scaling_rows()
     fit = pages.scaling_fit(pd.DataFrame(rows))
     assert fit["interior"] and abs(fit["b"] - 0.67) <= fit["resolution"]
     assert abs(fit["b_seeds"][1]) < 1e-12 and abs(fit["b_seeds"][0] - 0.67) <= fit["resolution"]
@@ -124,16 +132,7 @@ def test_scaling_fit_reads_the_exponent_the_criterion_defines():
 def test_scaling_bootstrap_resamples_the_seeds_of_the_mean_curve():
     """``scaling_bootstrap`` refits the mean curve's optima on every ordered draw of the seeds with replacement: s^s
     values; the draw of all seeds once each is the plain fit, and a draw of one seed alone is that seed's own fit."""
-    import math
-
-    sizes, ks = [32, 64, 128, 256], range(-28, 1)
-    rows = []
-    for n in sizes:
-        k_opt = round(4 * 0.67 * math.log2(n)) - 30
-        for k in ks:
-            rows += [{"n": n, "k": k, "alpha": 2.0 ** (k / 4), "seed": 0, "final": 1 + (k - k_opt) ** 2},
-                     {"n": n, "k": k, "alpha": 2.0 ** (k / 4), "seed": 1, "final": 1 + 1e-4 * (k + 20) ** 2},
-                     {"n": n, "k": k, "alpha": 2.0 ** (k / 4), "seed": 2, "final": 1 + (k - k_opt) ** 2}]
+    rows = _scaling_rows(moving_seeds=(0, 2), flat_seeds=(1,))
     frame = pd.DataFrame(rows)
     boot = pages.scaling_bootstrap(frame)
     fit = pages.scaling_fit(frame)

@@ -138,7 +138,7 @@ def test_a_page_is_stale_only_when_a_run_or_claim_it_names_changes(tmp_path):
     assert pipeline.page_inputs_sha(other, root) != before[other]
 
 
-RUN_TEMPLATE = """---
+RUN_HEADER = """---
 jupytext:
   text_representation: {extension: .md, format_name: myst}
 kernelspec: {display_name: Python 3, language: python, name: python3}
@@ -150,7 +150,8 @@ kernelspec: {display_name: Python 3, language: python, name: python3}
 scale = "cpu"
 out_dir = None
 inputs_sha = None
-%s
+"""
+RUN_TEMPLATE = RUN_HEADER + """%s
 ```
 
 ```{code-cell} ipython3
@@ -335,19 +336,7 @@ def test_make_reproduce_prints_its_plan_and_survives_a_failing_estimate(monkeypa
     assert "no estimate: KeyError" in capsys.readouterr().out
 
 
-RESUMING_TEMPLATE = """---
-jupytext:
-  text_representation: {extension: .md, format_name: myst}
-kernelspec: {display_name: Python 3, language: python, name: python3}
----
-
-```{code-cell} ipython3
-:tags: [parameters]
-
-scale = "cpu"
-out_dir = None
-inputs_sha = None
-```
+RESUMING_TEMPLATE = RUN_HEADER + """```
 
 ```{code-cell} ipython3
 import json, pathlib
