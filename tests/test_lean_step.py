@@ -120,7 +120,8 @@ def test_series_factor_lands_and_is_the_retraction_to_second_order(name, shape, 
 @pytest.mark.parametrize("name", NAMES)
 def test_lean_retraction_needs_no_eigendecomposition(name):
     """On tall and wide weights the lean step's eigendecompositions are the solve's alone (its default ADMM iterations,
-    none on Stiefel and one elsewhere, and one certificate): the retraction adds none, on DGram too."""
+    none on Stiefel and one elsewhere, and one certificate; on Oblique the certificate and the iteration share
+    one, ``certify_first``): the retraction adds none, on DGram too."""
     M = get_manifold(name)
     Ws = [torch.nn.Parameter(M.random_point(s)) for s in [(24, 8), (8, 24)]]
     opt = ManifoldMuon(Ws, lr=0.05, manifold=name, inner="lean")
@@ -129,7 +130,7 @@ def test_lean_retraction_needs_no_eigendecomposition(name):
             w.grad = torch.randn(w.shape)
         with OpCounter(24) as ops:
             opt.step()
-    per_shape = (1 if name == "stiefel" else 2)  # cold on Stiefel: the certificate's eigh alone
+    per_shape = 2 if name == "dgram" else 1  # cold on Stiefel, certify_first on Oblique: one eigh
     assert ops.counts["eigh"] == 2 * per_shape and ops.counts.get("svd", 0) == 0
     assert all(float(M.residual(w.detach())) < 1e-5 for w in Ws)
 
@@ -266,6 +267,7 @@ def test_lean_defaults_by_manifold_act(name):
     group = opt.param_groups[0]
     cold = name == "stiefel"
     assert (group["inner_steps"], group["warm_start"]) == ((0, False) if cold else (1, True))
+    assert group["certify_first"] == (name == "gram_oblique")
     G1, G2 = (spectrum_momentum((24, 8), g) for _ in range(2))
     for G in (G1, G2):
         W.grad = G.clone()
@@ -276,3 +278,43 @@ def test_lean_defaults_by_manifold_act(name):
     pinned = ManifoldMuon([torch.nn.Parameter(W.detach().clone())], manifold=name, inner="lean", inner_steps=2)
     assert pinned.param_groups[0]["inner_steps"] == 2
     assert pinned.param_groups[0]["warm_start"] == (not cold)
+
+
+@pytest.mark.parametrize("name", NAMES)
+@pytest.mark.parametrize("shape", SHAPES)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_certify_first_shares_one_eigendecomposition_and_stays_honest(name, shape, dtype):
+    """``lean_solve(certify_first=True)`` along a stream, the multiplier carried (the last momentum rank-deficient):
+    its certificate and its iteration are those of ``certificate`` at the carried multiplier and of ``admm_gram``
+    from (it, U = 0), to the last bit; they share one eigendecomposition; the direction is feasible and its gap
+    bounds its true relative sub-optimality (against a float64 certified optimum)."""
+    from manifold_muon.optim.inner_solvers import _tall_unit, admm_gram, certificate, gram_picture, Span
+
+    g = torch.Generator().manual_seed(7 * NAMES.index(name) + SHAPES.index(shape))
+    M, P = get_manifold(name), get_manifold(name).gram_projector
+    W = M.random_point(shape, generator=g).to(dtype)
+    stream = [spectrum_momentum(shape, g), spectrum_momentum(shape, g), spectrum_momentum(shape, g, rank=2)]
+    diagonal, warm = name != "gram_oblique", None
+    for G in stream:
+        G = G.to(dtype)
+        with OpCounter(max(shape)) as ops:
+            sol = lean_solve(W, G, P, warm=warm, steps=1, diagonal=diagonal, certify_first=True)
+        assert ops.counts["eigh"] == 1
+        if warm is not None and dtype == torch.float32:  # the same certificate and iteration, in one eigh
+            Wt, Gt, _ = _tall_unit(W, G)
+            pic = gram_picture(Wt, Gt, P, torch.float64, products=torch.float32 if diagonal else torch.float64,
+                               diagonal=diagonal)
+            A_c, value_c, bound_c = certificate(pic, warm[0], None, 1e-6, fast=True)
+            zero = Span(torch.zeros_like(pic.D), torch.zeros_like(pic.D))
+            Lambda_i, U_i = admm_gram(pic, warm[0], zero, pic.W.size(-1) ** -0.5, 1, 1.8)
+            assert torch.equal(sol.A.a, A_c.a) and torch.equal(sol.A.b, A_c.b)
+            assert torch.equal(sol.Lambda, Lambda_i) and torch.equal(sol.U.a, U_i.a) and torch.equal(sol.U.b, U_i.b)
+        warm = (sol.Lambda, sol.U)
+    A = sol.matrix().double()
+    Wd, Gd = W.double(), G.double() / G.double().pow(2).mean().sqrt()
+    slack = 1e-4 if dtype == torch.float32 else 4 * 2**-8
+    assert float(torch.linalg.matrix_norm(A, ord=2)) <= 1 + (1e-5 if dtype == torch.float32 else slack)
+    assert float(M.tangent_residual(Wd, A)) <= slack * min(shape)
+    ref = gram_solve(Wd, Gd, P, steps=3000, tol=1e-9)
+    opt_value = float((Gd * ref.matrix()).sum())
+    assert (opt_value - float((Gd * A).sum())) / opt_value <= float(sol.gap) + slack

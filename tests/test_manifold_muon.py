@@ -263,7 +263,7 @@ def test_msign_settings_are_refused_where_the_solve_computes_msign_exactly(inner
 _OTHER = dict(inner_steps=lambda d: d + 3, tol=lambda d: 1e9 if d is None else 0.5, warm_start=lambda d: not d,
               alpha=lambda d: 0.5, rho=lambda d: 3.0, normalize=lambda d: not d,
               msign=lambda d: "polar_express" if d == "newton_schulz" else "newton_schulz", ns_steps=lambda d: 2,
-              msign_dtype=lambda d: torch.bfloat16)
+              msign_dtype=lambda d: torch.bfloat16, certify_first=lambda d: not d)
 
 
 def _two_steps(**settings):
@@ -296,6 +296,10 @@ def test_every_setting_acts_or_is_refused(inner, setting):
         with pytest.raises(ValueError, match="inner_steps=0.*rho"):  # acts once an iteration runs
             ManifoldMuon([W], inner=inner, rho=value)
         base = dict(inner=inner, inner_steps=1)
+    if inner == "lean" and setting == "certify_first":  # nothing is carried on Stiefel (cold): refused there, acts
+        with pytest.raises(ValueError, match="nothing is carried"):  # once the multiplier is carried
+            ManifoldMuon([W], inner=inner, certify_first=value)
+        base = dict(inner=inner, inner_steps=1, warm_start=True)
     assert not torch.equal(_two_steps(**base), _two_steps(**{**base, setting: value})), \
         f"{setting}={value!r} did nothing with inner={inner!r}"
 

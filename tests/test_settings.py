@@ -82,7 +82,8 @@ OTHER = {
 # ManifoldMuon's solver settings depend on the solver: tests/test_manifold_muon.py checks each against each
 # solver (test_every_setting_acts_or_is_refused); here they are checked with the default solver only where
 # it reads them.
-SOLVER_ONLY = ("inner_steps", "tol", "warm_start", "alpha", "rho", "normalize", "msign", "ns_steps", "msign_dtype")
+SOLVER_ONLY = ("inner_steps", "tol", "warm_start", "alpha", "rho", "normalize", "msign", "ns_steps", "msign_dtype",
+               "certify_first")
 
 
 def _steps(cls, **settings):

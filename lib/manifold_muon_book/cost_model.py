@@ -32,7 +32,8 @@ at their iteration caps) and ``dual_ascent_scaling`` (per size the post's dual a
   iterations at the cap (most non-square solves in training reach it: bench/optimizer_step.py), each one
   n x n eigh and ~``GRAM_ITER_N3`` n^3 of n x n products, plus its certificates (one eigh and two eigvalsh
   each, one every 4 iterations and at the two starts, a polished one at the cap) and the retraction's eigh;
-  square Stiefel in closed form (one certificate); ``lean`` two eighs, ~``LEAN_N3`` n^3 of n x n products and
+  square Stiefel in closed form (one certificate); ``lean`` an eigh per iteration and the certificate's (one
+  fewer with ``certify_first``: one on Stiefel and Oblique, two on DGram), ~``LEAN_N3`` n^3 of n x n products and
   12 m n^2; the sphere optimizers (``manifold_muon.optim.spheres``): MACRO and MuonH one msign (Polar
   Express, 5 steps, float32), SSO and FSO ``inner_steps`` (10) bisection msigns at the cap, and on the
   spectral sphere an SVD for each top singular pair and svdvals for each spectral norm (MACRO-spec: 2 SVDs,
@@ -90,7 +91,7 @@ OPT_FULL_N = 1024         # below this short side, a GPU product's efficiency fa
 POLAR_POLISH_STEPS = 2    # cubic Newton-Schulz steps after the retraction's Polar Express (manifolds.gram.polar)
 GRAM_ITER_N3 = 10         # n^3 (x 2 FLOPs) of n x n products per Gram-space ADMM iteration (admm_gram)
 GRAM_CERT_N3 = 8          # the same per certificate (inner_solvers.certificate)
-LEAN_N3 = 20              # the lean step's n x n products besides its two eighs
+LEAN_N3 = 20              # the lean step's n x n products besides its eighs
 EIGVALSH_OVER_EIGH = 0.5  # eigenvalues only, against the full eigendecomposition
 SVDVALS_OVER_SVD = 0.5    # singular values only, against the SVD with vectors
 DECOMP_FLOOR_MS = 0.3     # a GPU eigh / SVD of a small matrix: launch and synchronisation latency
@@ -377,7 +378,8 @@ def matrix_step(opt, group: dict, shape) -> Cost:
                 c.dec("eigh", n, n)
                 c.mm(20 * n ** 3, n, "float64")
             else:
-                c.dec("eigh", small, small, 2)
+                shared = 1 if group.get("certify_first") and steps else 0  # certify_first: one eigh serves both
+                c.dec("eigh", small, small, steps + 1 - shared)             # an eigh per iteration, the certificate's
                 c.dec("eigvalsh", small, small)
                 c.mm(2 * LEAN_N3 * small ** 3, small, "float64")
                 c.mm(10 * big * small * small, small, "float32")

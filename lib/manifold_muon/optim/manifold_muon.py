@@ -12,7 +12,8 @@ Inner solvers (``inner``):
   by a series, Oblique exact). How the multiplier is found depends on the manifold (``lean_defaults``):
   rectangular Stiefel cold, with no iteration (``inner_steps=0, warm_start=False``: the tangent projection's
   msign, scaled into the unit ball; one eigendecomposition), DGram and Oblique tracked (the dual (Lambda, U)
-  carried from the previous step, ``inner_steps=1`` ADMM iteration). Measured on a stream of training-like
+  carried from the previous step, ``inner_steps=1`` ADMM iteration; on Oblique the certificate first, at the
+  carried multiplier, sharing its eigendecomposition with the iteration, ``certify_first=True``). Measured on a stream of training-like
   momenta (benchmark ``solver_table``, chapter 04): on rectangular Stiefel the cold step's settled e_W is
   0.45x Muon's own at GPT-2 small's shapes where the tracked one's is 0.8x, for one eigendecomposition
   fewer; on DGram and Oblique tracking is the more accurate of the two. Fixed work per matrix and no host
@@ -44,7 +45,7 @@ from __future__ import annotations
 
 import torch
 
-from ..manifolds.gram import GramManifold, Stiefel, inverse_sqrt_newton_schulz, inverse_sqrt_series  # noqa: F401 (re-exported)
+from ..manifolds.gram import GramManifold, GramOblique, Stiefel, inverse_sqrt_newton_schulz, inverse_sqrt_series  # noqa: F401 (re-exported)
 from ..msign import DEFAULT, msign
 from .base import MatrixOptimizer
 from .inner_solvers import (GramSolve, Span, _sym, admm, dual_ascent, exact_solve, gram, gram_solve, inv_sqrt,
@@ -89,7 +90,7 @@ SOLVER_DEFAULTS = {
 # What each solver reads; a setting given for a solver that does not read it is refused (it would do nothing).
 # ``rho`` None means 1/sqrt(n) where it is read; ``msign_dtype`` None means the compute dtype.
 SOLVER_SETTINGS = {
-    "lean": ("inner_steps", "warm_start", "normalize", "rho"),
+    "lean": ("inner_steps", "warm_start", "normalize", "rho", "certify_first"),
     "gram_admm": ("inner_steps", "tol", "warm_start", "rho"),
     "exact": ("inner_steps", "tol", "warm_start"),
     "post": ("inner_steps", "alpha", "tol", "warm_start", "normalize", "msign", "ns_steps", "msign_dtype"),
@@ -99,15 +100,18 @@ SOLVER_SETTINGS = {
 
 
 def lean_defaults(manifold) -> dict:
-    """The lean solve's ``inner_steps`` and ``warm_start`` on ``manifold`` (a name or an instance): on Stiefel
-    cold with no iteration (rectangular weights; a square one takes the closed form and reads neither), on DGram
-    and Oblique the multiplier tracked from the last step with one ADMM iteration. Why: measured on the
-    benchmark ``solver_table``'s stationary stream of momenta (chapter 04), not proven."""
+    """The lean solve's ``inner_steps``, ``warm_start`` and ``certify_first`` on ``manifold`` (a name or an
+    instance): on Stiefel cold with no iteration (rectangular weights; a square one takes the closed form and
+    reads none of them), on DGram and Oblique the multiplier tracked from the last step with one ADMM
+    iteration, on Oblique certified first (``inner_solvers.lean_solve``: the certificate and the iteration share
+    one eigendecomposition). Why: measured on the benchmark ``solver_table``'s stationary stream of momenta
+    (chapter 04), not proven."""
     from ..manifolds import get_manifold
 
-    if isinstance(get_manifold(manifold), Stiefel):
-        return dict(inner_steps=0, warm_start=False)
-    return dict(inner_steps=1, warm_start=True)
+    M = get_manifold(manifold)
+    if isinstance(M, Stiefel):
+        return dict(inner_steps=0, warm_start=False, certify_first=False)
+    return dict(inner_steps=1, warm_start=True, certify_first=isinstance(M, GramOblique))
 
 
 _WHY_NOT = {
@@ -117,6 +121,7 @@ _WHY_NOT = {
     "msign_dtype": "it computes msign exactly from an n x n eigendecomposition",
     "alpha": "alpha is the step of dual ascent (inner='post' or 'dual_ascent')",
     "rho": "rho is the ADMM penalty (inner='gram_admm', 'lean' or 'admm')",
+    "certify_first": "certify_first orders the lean step's certificate and iterations (inner='lean')",
     "normalize": "it does not rescale G before its solve",
 }
 
@@ -237,6 +242,9 @@ class ManifoldMuon(MatrixOptimizer):
             (default None: never). lean does fixed work and refuses it.
         warm_start: start each solve from the previous step's multipliers (default: True for gram_admm and
             exact; for lean False on Stiefel, True on DGram and Oblique).
+        certify_first: lean only: certify the carried multiplier first, then iterate for the next step, the
+            two sharing one eigendecomposition (``inner_solvers.lean_solve``; default True on Oblique, False
+            elsewhere and where warm_start is False or inner_steps 0; given True there, it is refused).
         alpha: dual-ascent step (linear decay to 0), read by post / dual_ascent; rho: ADMM penalty
             (None: 1/sqrt(n)), read by gram_admm / lean / admm.
         normalize: rescale G to unit RMS before the solve (lean, post and dual_ascent; False for "post", as
@@ -257,11 +265,11 @@ class ManifoldMuon(MatrixOptimizer):
                  tol: float | None = None, warm_start: bool | None = None, alpha: float | None = None,
                  rho: float | None = None, normalize: bool | None = None, weight_decay: float = 0.0,
                  msign: str | None = None, ns_steps: int | None = None, msign_dtype: torch.dtype | None = None,
-                 nonfinite: str = "raise", split: int = 1):
+                 nonfinite: str = "raise", split: int = 1, certify_first: bool | None = None):
         super().__init__(params, lr=lr, momentum=momentum, nesterov=nesterov, weight_decay=weight_decay,
                          msign=msign, ns_steps=ns_steps, msign_dtype=msign_dtype, nonfinite=nonfinite,
                          manifold=manifold, split=split, inner=inner, inner_steps=inner_steps, alpha=alpha, rho=rho, tol=tol,
-                         warm_start=warm_start, normalize=normalize)
+                         warm_start=warm_start, normalize=normalize, certify_first=certify_first)
 
     def add_param_group(self, param_group: dict) -> None:
         """Settings left at None take the defaults of the group's solver (``SOLVER_DEFAULTS``) before checking."""
@@ -269,7 +277,7 @@ class ManifoldMuon(MatrixOptimizer):
         if inner not in SOLVER_DEFAULTS:
             raise ValueError(f"ManifoldMuon: unknown inner solver {inner!r}; choose one of {', '.join(SOLVER_DEFAULTS)}")
         inert = [k for k in ("inner_steps", "tol", "warm_start", "alpha", "rho", "normalize", "msign", "ns_steps",
-                             "msign_dtype")
+                             "msign_dtype", "certify_first")
                  if k not in SOLVER_SETTINGS[inner] and param_group.get(k, self.defaults.get(k)) is not None]
         if inert:
             readers = {k: [s for s, keys in SOLVER_SETTINGS.items() if k in keys] for k in inert}
@@ -277,10 +285,14 @@ class ManifoldMuon(MatrixOptimizer):
                              f"({'; '.join(dict.fromkeys(_WHY_NOT[k] for k in inert))}), so it would do nothing: "
                              "leave it out, or choose an inner solver that reads it ("
                              + "; ".join(f"{k}: {', '.join(v)}" for k, v in readers.items()) + ")")
+        certify_first = param_group.get("certify_first", self.defaults.get("certify_first"))  # as the user gave it
         if inner == "lean":  # by manifold first (cold on Stiefel, tracked elsewhere)
             for key, value in lean_defaults(param_group.get("manifold", self.defaults["manifold"])).items():
                 if param_group.get(key, self.defaults.get(key)) is None:
                     param_group[key] = value
+            if certify_first is None and not (param_group.get("warm_start", self.defaults.get("warm_start"))
+                                              and param_group.get("inner_steps", self.defaults.get("inner_steps"))):
+                param_group["certify_first"] = False  # nothing carried (given warm_start=False or inner_steps=0)
         for key, value in SOLVER_DEFAULTS[inner].items():
             if param_group.get(key, self.defaults.get(key)) is None:
                 param_group[key] = value
@@ -289,11 +301,20 @@ class ManifoldMuon(MatrixOptimizer):
             raise ValueError("ManifoldMuon(inner='lean') with inner_steps=0 (the default on Stiefel: the cold step) runs "
                              "no ADMM iteration, so rho (the ADMM penalty) would do nothing: leave rho out, or give "
                              "inner_steps >= 1 for it to act")
+        if inner == "lean" and certify_first is True and not (
+                param_group.get("warm_start", self.defaults.get("warm_start"))
+                and param_group.get("inner_steps", self.defaults.get("inner_steps"))):
+            raise ValueError("ManifoldMuon(inner='lean', certify_first=True) certifies the multiplier carried from the "
+                             "last step and iterates for the next one; with warm_start=False or inner_steps=0 (the "
+                             "defaults on Stiefel) nothing is carried, so it would only throw the iterations away: "
+                             "give warm_start=True and inner_steps >= 1, or leave certify_first out")
         super().add_param_group(param_group)
 
     def check_group(self, group):
         if not (isinstance(group["inner_steps"], int) and group["inner_steps"] >= 0):
             raise ValueError(f"ManifoldMuon: inner_steps must be an int >= 0, got {group['inner_steps']!r}")
+        if group["inner"] == "lean" and not isinstance(group["certify_first"], bool):
+            raise ValueError(f"ManifoldMuon: certify_first must be True or False, got {group['certify_first']!r}")
         if group["inner"] in ("gram_admm", "exact") and not (isinstance(group["tol"], (int, float)) and group["tol"] >= 0):
             raise ValueError(f"ManifoldMuon: gram_admm stops on a relative duality gap tol >= 0, got {group['tol']!r}")
         if group["split"] != 1:
@@ -338,7 +359,7 @@ class ManifoldMuon(MatrixOptimizer):
             warm = (torch.stack([s["Lambda"] for s in states]),
                     Span(torch.stack([s["U_a"] for s in states]), torch.stack([s["U_b"] for s in states])))
         sol = lean_solve(W, G, M.gram_projector, warm=warm, steps=group["inner_steps"], rho=group["rho"],
-                         normalize=group["normalize"], diagonal=M.diagonal_gram)
+                         normalize=group["normalize"], diagonal=M.diagonal_gram, certify_first=group["certify_first"])
         violation = rms(M.gram_projector(tangent_defect(sol.picture, sol.A)))
         for i, s in enumerate(states):
             s["tangent_violation"], s["duality_gap"], s["inner_iterations"] = violation[i], sol.gap[i], sol.iterations[i]

@@ -21,9 +21,11 @@ the reference exists, the lean variants (``lean_tracked``, one ADMM iteration a 
 multiplier; ``lean3``, three; ``lean_cold``, none and no warm start: the tangent projection's msign, scaled into
 the unit ball; ``lean``, the library's default) are also run along a longer stream of ``steady`` momenta (64 in the full table) and ``e_W_steady_lr0.02`` is
 measured at its last momentum against a second certified reference, next to Muon's own e_W on that momentum
-(``muon_e_W_steady_lr0.02``). ``lean`` is the library's lean default, which since 2026-12-03 is ``lean_cold`` on
-Stiefel (``manifold_muon.optim.lean_defaults``) and ``lean_tracked`` on DGram and Oblique; before, it was
-``lean_tracked`` everywhere. That stream is ``momenta.rotating_stream``: the same spectrum at every step, its
+(``muon_e_W_steady_lr0.02``). ``lean`` is the library's lean default: since 2026-12-03 ``lean_cold`` on
+Stiefel (``manifold_muon.optim.lean_defaults``), ``lean_tracked`` on DGram and, on Oblique, ``lean_tracked`` in the
+other order (``certify_first``: the certificate at the carried multiplier, then the iteration, the two sharing one
+eigendecomposition; since the second stop of 2026-12-03, and ``lean_tracked``, ``lean3`` and ``lean_cold`` pin
+``certify_first=False``); before, it was ``lean_tracked`` everywhere. That stream is ``momenta.rotating_stream``: the same spectrum at every step, its
 singular vectors turning so that consecutive momenta correlate 0.95. (A first version continued the chain of
 ``correlated`` mixtures above, whose spectrum flattens step by step: Muon's own e_W on its 48th momentum at
 768 x 2304 was 0.39% against 1.04% on its 6th, so "settled" there measured another spectrum, not a settled
@@ -56,9 +58,11 @@ from .momenta import correlated, rotating_stream, synthetic_momentum
 MANIFOLDS = ("stiefel", "dgram", "gram_oblique")
 # lean: the library's lean default (by manifold: cold on Stiefel, tracked on DGram and Oblique); the other lean
 # variants pin both settings, so that they mean the same on every manifold
-VARIANTS = {"lean": dict(inner="lean"), "lean_tracked": dict(inner="lean", inner_steps=1, warm_start=True),
-            "lean3": dict(inner="lean", inner_steps=3, warm_start=True),
-            "lean_cold": dict(inner="lean", inner_steps=0, warm_start=False), "gram_admm": dict(inner="gram_admm"),
+VARIANTS = {"lean": dict(inner="lean"),
+            "lean_tracked": dict(inner="lean", inner_steps=1, warm_start=True, certify_first=False),
+            "lean3": dict(inner="lean", inner_steps=3, warm_start=True, certify_first=False),
+            "lean_cold": dict(inner="lean", inner_steps=0, warm_start=False, certify_first=False),
+            "gram_admm": dict(inner="gram_admm"),
             "exact": dict(inner="exact"), "post": dict(inner="post")}
 LRS = (0.02, 0.1)
 STEADY = 64  # the stream length at which the tracked (lean) solves' steady-state e_W is measured
