@@ -224,7 +224,7 @@ def test_an_out_dir_that_cannot_be_written_is_one_sentence(tmp_path, capsys, cas
 @pytest.mark.parametrize("args, expected", [
     (["--set", "block_size=500000"], "block_size=500000 needs at least 500001 tokens per split, the data has"),
     (["--set", "optimizer={inner_step: 3}"], "no optimizer of assignment 'hetero' takes inner_step; they take"
-                                             " alpha, inner, inner_steps"),
+                                             " alpha, certify_first, inner, inner_steps"),
     (["--set", "optimizer={inner_step: 3}"], "(did you mean 'inner_steps' for 'inner_step'?)"),
     (["--set", "model_extra={n_ffn: 3}"], "model_extra keys ['n_ffn'] are not fields of GPTConfig; remove them"),
     (["--set", "optimizer={inner_steps: 3"], "--set 'optimizer={inner_steps: 3': the value is not valid YAML "
