@@ -318,3 +318,26 @@ def test_certify_first_shares_one_eigendecomposition_and_stays_honest(name, shap
     ref = gram_solve(Wd, Gd, P, steps=3000, tol=1e-9)
     opt_value = float((Gd * ref.matrix()).sum())
     assert (opt_value - float((Gd * A).sum())) / opt_value <= float(sol.gap) + slack
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_certify_first_with_more_iterations_is_admm_grams_own_run(name):
+    """With ``steps=3``, ``certify_first``'s iterations are one ``admm_gram`` call of three from (Lambda, U = 0),
+    to the last bit (its second and third over-relaxed, as in any call), for two eigendecompositions fewer
+    than the certificate and the call apart would take."""
+    from manifold_muon.optim.inner_solvers import _tall_unit, admm_gram, gram_picture, Span
+
+    g = torch.Generator().manual_seed(11 + NAMES.index(name))
+    shape, (M, P) = (24, 10), (get_manifold(name), get_manifold(name).gram_projector)
+    W, diagonal = M.random_point(shape, generator=g), name != "gram_oblique"
+    first = lean_solve(W, spectrum_momentum(shape, g), P, steps=1, diagonal=diagonal)
+    G = spectrum_momentum(shape, g)
+    with OpCounter(max(shape)) as ops:
+        sol = lean_solve(W, G, P, warm=(first.Lambda, first.U), steps=3, diagonal=diagonal, certify_first=True)
+    assert ops.counts["eigh"] == 3
+    Wt, Gt, _ = _tall_unit(W, G)
+    pic = gram_picture(Wt, Gt, P, torch.float64, products=torch.float32 if diagonal else torch.float64,
+                       diagonal=diagonal)
+    zero = Span(torch.zeros_like(pic.D), torch.zeros_like(pic.D))
+    Lambda, U = admm_gram(pic, first.Lambda, zero, pic.W.size(-1) ** -0.5, 3, 1.8)
+    assert torch.equal(sol.Lambda, Lambda) and torch.equal(sol.U.a, U.a) and torch.equal(sol.U.b, U.b)

@@ -336,11 +336,26 @@ def z_of(pic: GramPicture, Lambda):
     return Span(pic.K0 + 2 * Lambda, pic.eye())
 
 
+def eig_sqrt(N):
+    """(V, s) with N = V diag(s^2) V^T (one eigh; s >= 0): for N = X^T X, s are X's singular values."""
+    lam, V = torch.linalg.eigh(N)
+    return V, lam.clamp_min(0).sqrt()
+
+
+def factor(V, s, fn):
+    """V diag(fn(s)) V^T."""
+    return (V * fn(s).unsqueeze(-2)) @ V.mT
+
+
 def spectral_factor(N, fn):
     """V diag(fn(s)) V^T for N = V diag(s^2) V^T (N = X^T X: then X V diag(fn(s)) V^T acts on X's singular values)."""
-    lam, V = torch.linalg.eigh(N)
-    s = lam.clamp_min(0).sqrt()
-    return (V * fn(s).unsqueeze(-2)) @ V.mT, s
+    V, s = eig_sqrt(N)
+    return factor(V, s, fn), s
+
+
+def shrink(rho):
+    """The factor of singular value thresholding at 1/rho: s -> (s - 1/rho)_+ / s (``svt`` in the Gram picture)."""
+    return lambda s: torch.where(s > 1 / rho, (s - 1 / rho) / torch.where(s > 0, s, 1), 0)
 
 
 def inv_sqrt(s, rtol):
@@ -398,16 +413,17 @@ def certificate(pic: GramPicture, Lambda, U=None, rtol=None, tol=None, polish: i
     certified to ``tol`` keeps it, so a batch still gives each matrix what it would get alone), and not
     at all when every matrix is certified. ``polish``: rounds of ``feasible``'s alternating projections
     for each candidate (one eigh each). ``with_gram`` (the msign candidate only, U None): (A, value, bound,
-    A^T A)."""
+    A^T A, (V, s)), (V, s) the eigendecomposition of Z^T Z (``eig_sqrt``), for a caller that iterates from Z
+    (``admm_gram``'s ``eig``)."""
     rtol = rtol if rtol is not None else (1e-7 if pic.D.dtype == torch.float64 else 1e-3)
     Z = z_of(pic, Lambda)
-    ZtZ = _sym(Z.a.mT @ pic.dmul(Z.a) + pic.R)  # gram(pic, Z) with Z's C-coefficient the identity
-    Y, s = spectral_factor(ZtZ, lambda s: inv_sqrt(s, rtol))
+    V, s = eig_sqrt(_sym(Z.a.mT @ pic.dmul(Z.a) + pic.R))  # gram(pic, Z) with Z's C-coefficient the identity
+    Y = factor(V, s, lambda s: inv_sqrt(s, rtol))
     if with_gram:
         if U is not None:
             raise ValueError("certificate(with_gram=True) takes the msign candidate only (U None)")
         A, value, AtA = feasible(pic, Span(Z.a @ Y, Y), polish, fast, with_gram=True)
-        return A, value, s.sum(-1), AtA
+        return A, value, s.sum(-1), AtA, (V, s)
     A, value = feasible(pic, Span(Z.a @ Y, Y), polish, fast)
     bound = s.sum(-1)
     if U is not None:
@@ -433,7 +449,7 @@ def _check_relax(relax, caller: str) -> None:
         raise ValueError(f"{caller}: over-relaxation must be in (0, 2) (1: plain ADMM), got {relax!r}")
 
 
-def admm_gram(pic: GramPicture, Lambda, U, rho, steps, relax=1.0):
+def admm_gram(pic: GramPicture, Lambda, U, rho, steps, relax=1.0, eig=None):
     """``steps`` iterations of Buchanan's ADMM (as ``admm``) on span coefficients; returns (Lambda, U), U the
     scaled multiplier (a primal candidate). One iteration, from (Lambda, U):
         Y      = G + 2 W Lambda, over-relaxed: Y <- relax Y + (1 - relax) X_prev   (not in the first iteration)
@@ -444,7 +460,9 @@ def admm_gram(pic: GramPicture, Lambda, U, rho, steps, relax=1.0):
     ``relax`` in (0, 2) is Eckstein and Bertsekas' over-relaxation (Boyd et al. 2011, section 3.4.3): every
     value converges, 1 is plain ADMM; chapter 04 measures how many fewer iterations 1.8 needs to a given
     certificate on momenta with a realistic spectrum. The first iteration of a call is plain (X_prev is
-    not carried between calls), so a call of k iterations relaxes k - 1 of them."""
+    not carried between calls), so a call of k iterations relaxes k - 1 of them. ``eig``: (V, s) of the first
+    iteration's (Z+)^T Z+ (``eig_sqrt``), where the caller has it already (``lean_solve(certify_first=True)``:
+    with U = 0, Z+ is the certificate's Z): that iteration then needs no eigendecomposition of its own."""
     _check_relax(relax, "admm_gram")
     G = Span(pic.K0, pic.eye())
     X = None
@@ -453,8 +471,9 @@ def admm_gram(pic: GramPicture, Lambda, U, rho, steps, relax=1.0):
         if X is not None and relax != 1.0:
             Y = Span(relax * Y.a + (1 - relax) * X.a, relax * Y.b + (1 - relax) * X.b)
         Zp = Y + Span(U.a / rho, U.b / rho)
-        phi, _ = spectral_factor(gram(pic, Zp), lambda s: torch.where(s > 1 / rho, (s - 1 / rho) / torch.where(s > 0, s, 1), 0))
-        X = Zp @ phi
+        V, s = eig_sqrt(gram(pic, Zp)) if eig is None else eig
+        eig = None
+        X = Zp @ factor(V, s, shrink(rho))
         Ur = Zp - X
         S = wt(pic, X - G - Ur)
         Lambda = multiplier(pic, 0.5 * (S + S.mT))
@@ -581,7 +600,8 @@ def lean_solve(W, G, P, warm=None, steps=1, rho=None, relax=1.8, normalize=True,
     returned (Lambda, U) are for the next step. Measured on the benchmark's stationary stream (chapter 04): on
     Oblique at the CPU presets' rectangular widths it is more accurate than the default order, at GPT-2 small's
     rectangular shapes a little less (inside the two-thirds-of-Muon target), on square Oblique and on DGram
-    less. With ``steps`` > 1 the later iterations are ``admm_gram``'s, whose first is not over-relaxed."""
+    less. With ``steps`` > 1 the iterations are one ``admm_gram`` call (the first shares the certificate's
+    eigendecomposition; the later ones are over-relaxed, as in any call)."""
     _check_relax(relax, "lean_solve")
     if W.dtype not in (torch.float32, torch.float64):
         W, G = W.float(), G.float()
@@ -605,30 +625,21 @@ def lean_solve(W, G, P, warm=None, steps=1, rho=None, relax=1.8, normalize=True,
         it = torch.float32 if diagonal and W.dtype == torch.float32 else pic.D.dtype
         Lambda, U = admm_gram(pic.to(it), Lambda.to(it), Span(U.a.to(it), U.b.to(it)), rho, steps, relax)
         Lambda, U = Lambda.to(pic.D.dtype), Span(U.a.to(pic.D.dtype), U.b.to(pic.D.dtype))
-    A, value, bound, AtA = certificate(pic, Lambda, None, rtol, polish=polish, fast=True, with_gram=True)
+    A, value, bound, AtA, _ = certificate(pic, Lambda, None, rtol, polish=polish, fast=True, with_gram=True)
     iterations = torch.full(pic.D.shape[:-2], steps, dtype=torch.long, device=pic.D.device)
     return GramSolve(A, pic, Lambda, U, _relative_gap(value, bound), iterations, wide, AtA)
 
 
 def _certify_then_iterate(pic: GramPicture, Lambda, rho, steps: int, relax, rtol, polish: int):
-    """``lean_solve(certify_first=True)``: the certificate at ``Lambda`` (msign candidate, fast op-norm) and ``steps``
-    ADMM iterations from (Lambda, U = 0), the first of which reuses the certificate's eigendecomposition (with
-    U = 0 its Z+ is the certificate's Z). Returns (A, value, bound, A^T A, Lambda', U'), all in float64."""
-    Z = z_of(pic, Lambda)
-    lam, V = torch.linalg.eigh(gram(pic, Z))
-    s = lam.clamp_min(0).sqrt()
-    Y = (V * inv_sqrt(s, rtol).unsqueeze(-2)) @ V.mT
-    A, value, AtA = feasible(pic, Span(Z.a @ Y, Y), polish, fast=True, with_gram=True)
+    """``lean_solve(certify_first=True)``: the certificate at ``Lambda`` (msign candidate, fast op-norm), then
+    ``steps`` ADMM iterations from (Lambda, U = 0), the first of which reuses the certificate's
+    eigendecomposition (with U = 0 its Z+ is the certificate's Z). Returns (A, value, bound, A^T A, Lambda', U'),
+    all in float64."""
+    A, value, bound, AtA, eig = certificate(pic, Lambda, None, rtol, polish=polish, fast=True, with_gram=True)
     U = Span(torch.zeros_like(pic.D), torch.zeros_like(pic.D))
-    if steps:  # the first iteration of admm_gram from U = 0, its thresholding from the same V, s
-        phi = (V * torch.where(s > 1 / rho, (s - 1 / rho) / torch.where(s > 0, s, 1), 0).unsqueeze(-2)) @ V.mT
-        X = Z @ phi
-        Ur = Z - X
-        S = wt(pic, X - Span(pic.K0, pic.eye()) - Ur)
-        Lambda, U = multiplier(pic, 0.5 * (S + S.mT)), Span(rho * Ur.a, rho * Ur.b)
-        if steps > 1:
-            Lambda, U = admm_gram(pic, Lambda, U, rho, steps - 1, relax)
-    return A, value, s.sum(-1), AtA, Lambda, U
+    if steps:
+        Lambda, U = admm_gram(pic, Lambda, U, rho, steps, relax, eig=eig)
+    return A, value, bound, AtA, Lambda, U
 
 
 # ====================================================================== the exact mode: Newton on the dual
