@@ -68,6 +68,8 @@ SCREENSHOTS = {
     "chapters/13_benchmarks.html": "chapter_13.png",
     "chapters/13_benchmarks.html#tab-ben-tuned-pairs": "chapter_13_tuned.png",
     "chapters/05_five_assignments.html#tab-pairs-main": "chapter_05_pairs.png",
+    "chapters/05_five_assignments.html#tab-pairs-cpu-long": "chapter_05_cpu_long_pairs.png",
+    "chapters/05_five_assignments.html#fig-five-cpu-long": "chapter_05_cpu_long_figure.png",
     "book/claims.html": "claims_page.png",
     "book/claims.html#claims-table": "claims_table.png",
 }
