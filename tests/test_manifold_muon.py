@@ -263,7 +263,8 @@ def test_msign_settings_are_refused_where_the_solve_computes_msign_exactly(inner
 _OTHER = dict(inner_steps=lambda d: d + 3, tol=lambda d: 1e9 if d is None else 0.5, warm_start=lambda d: not d,
               alpha=lambda d: 0.5, rho=lambda d: 3.0, normalize=lambda d: not d,
               msign=lambda d: "polar_express" if d == "newton_schulz" else "newton_schulz", ns_steps=lambda d: 2,
-              msign_dtype=lambda d: torch.bfloat16, certify_first=lambda d: not d)
+              msign_dtype=lambda d: torch.bfloat16, certify_first=lambda d: not d,
+              tracker=lambda d: "admm" if d == "newton" else "newton")
 
 
 def _two_steps(**settings):

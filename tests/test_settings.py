@@ -83,7 +83,7 @@ OTHER = {
 # solver (test_every_setting_acts_or_is_refused); here they are checked with the default solver only where
 # it reads them.
 SOLVER_ONLY = ("inner_steps", "tol", "warm_start", "alpha", "rho", "normalize", "msign", "ns_steps", "msign_dtype",
-               "certify_first")
+               "certify_first", "tracker")
 
 
 def _steps(cls, **settings):

@@ -33,7 +33,8 @@ at their iteration caps) and ``dual_ascent_scaling`` (per size the post's dual a
   n x n eigh and ~``GRAM_ITER_N3`` n^3 of n x n products, plus its certificates (one eigh and two eigvalsh
   each, one every 4 iterations and at the two starts, a polished one at the cap) and the retraction's eigh;
   square Stiefel in closed form (one certificate); ``lean`` an eigh per iteration and the certificate's (one
-  fewer with ``certify_first``: one on Stiefel and Oblique, two on DGram), ~``LEAN_N3`` n^3 of n x n products and
+  fewer with ``certify_first``; with ``tracker="newton"`` two, the default on DGram, its conjugate-gradient steps
+  four n x n float32 products each), ~``LEAN_N3`` n^3 of n x n products and
   12 m n^2; the sphere optimizers (``manifold_muon.optim.spheres``): MACRO and MuonH one msign (Polar
   Express, 5 steps, float32), SSO and FSO ``inner_steps`` (10) bisection msigns at the cap, and on the
   spectral sphere an SVD for each top singular pair and svdvals for each spectral norm (MACRO-spec: 2 SVDs,
@@ -378,8 +379,12 @@ def matrix_step(opt, group: dict, shape) -> Cost:
                 c.dec("eigh", n, n)
                 c.mm(20 * n ** 3, n, "float64")
             else:
-                shared = 1 if group.get("certify_first") and steps else 0  # certify_first: one eigh serves both
-                c.dec("eigh", small, small, steps + 1 - shared)             # an eigh per iteration, the certificate's
+                if group.get("tracker") == "newton":  # the Newton basis and the certificate; CG steps are products
+                    c.dec("eigh", small, small, 2)
+                    c.mm(2 * (4 * steps + 3) * small ** 3, small, "float32")  # four a CG step; gradient, setup
+                else:
+                    shared = 1 if group.get("certify_first") and steps else 0  # certify_first: one eigh serves both
+                    c.dec("eigh", small, small, steps + 1 - shared)             # an eigh per iteration, the certificate's
                 c.dec("eigvalsh", small, small)
                 c.mm(2 * LEAN_N3 * small ** 3, small, "float64")
                 c.mm(10 * big * small * small, small, "float32")

@@ -385,7 +385,8 @@ def feasible(pic: GramPicture, X: Span, polish: int = 0, fast: bool = False, wit
     """X made primal feasible: its orthogonal tangent part X - W Gamma, shrunk into the unit op-norm ball.
     ``polish`` rounds of alternating projections (tangent part, then ``clip_op``) first: they move X towards
     the intersection of the two sets, so the final uniform shrink costs less of its value. Whatever the
-    rounds do, the result is feasible and its value a lower bound on OPT. ``fast``: the op-norm in float32
+    rounds do, the result is feasible and its value a lower bound on OPT (a result with <G, X> < 0 is replaced by
+    X = 0, which is better and keeps the relative gap a bound on the relative sub-optimality). ``fast``: the op-norm in float32
     (with a 1e-6 margin, so still feasible). Returns (X_feasible, <G, X_feasible>), and with ``with_gram``
     also X_feasible^T X_feasible (known for free: the op-norm was read from it)."""
     for _ in range(polish):
@@ -396,10 +397,16 @@ def feasible(pic: GramPicture, X: Span, polish: int = 0, fast: bool = False, wit
         op = torch.linalg.eigvalsh(N.to(torch.float32))[..., -1].to(N.dtype).clamp_min(0).sqrt().clamp_min(1) * (1 + 1e-6)
     else:
         op = torch.linalg.eigvalsh(N)[..., -1].clamp_min(0).sqrt().clamp_min(1)
-    X = X.scale(1 / op)
+    value = dot_G(pic, X) / op
+    # a candidate that points uphill (<G, X> < 0, seen from a wild multiplier) is worse than no step: the zero
+    # direction replaces it (value 0, relative gap 1, its true sub-optimality), as the relative gap
+    # (bound - value) / bound bounds (OPT - value) / OPT only where value >= 0
+    scale = torch.where(value < 0, 0.0, 1 / op)
+    X = X.scale(scale)
+    value = value.clamp_min(0)
     if with_gram:
-        return X, dot_G(pic, X), N / (op * op)[..., None, None]
-    return X, dot_G(pic, X)
+        return X, value, N * (scale * scale)[..., None, None]
+    return X, value
 
 
 def certificate(pic: GramPicture, Lambda, U=None, rtol=None, tol=None, polish: int = 0, fast: bool = False,
@@ -494,6 +501,7 @@ class GramSolve:
     iterations: torch.Tensor
     wide: bool
     AtA: torch.Tensor | None = None  # A^T A where the solve knows it (the lean solve: its retraction reuses it)
+    damping: torch.Tensor | None = None  # the Newton tracker's step length for the next step (``newton_track``)
 
     def matrix(self):
         A = self.A.matrix(self.picture)
@@ -575,7 +583,7 @@ def _relative_gap(value, bound):
 
 
 def lean_solve(W, G, P, warm=None, steps=1, rho=None, relax=1.8, normalize=True, diagonal=None,
-               polish: int = 0, certify_first: bool = False) -> GramSolve:
+               polish: int = 0, certify_first: bool = False, tracker: str = "admm", damping=None) -> GramSolve:
     """The lean solve: the dual tracked across optimizer steps, a fixed amount of work, no host synchronisation.
 
     From ``warm`` (the previous step's (Lambda, U); else the cold tangent-projection start) it runs exactly
@@ -601,8 +609,18 @@ def lean_solve(W, G, P, warm=None, steps=1, rho=None, relax=1.8, normalize=True,
     Oblique at the CPU presets' rectangular widths it is more accurate than the default order, at GPT-2 small's
     rectangular shapes a little less (inside the two-thirds-of-Muon target), on square Oblique and on DGram
     less. With ``steps`` > 1 the iterations are one ``admm_gram`` call (the first shares the certificate's
-    eigendecomposition; the later ones are over-relaxed, as in any call)."""
+    eigendecomposition; the later ones are over-relaxed, as in any call).
+
+    ``tracker="newton"``: instead of ADMM iterations, one damped Newton step on the dual from the carried
+    multiplier (``newton_track``; ``steps`` is its number of conjugate-gradient steps, ``damping`` the step
+    length carried from the last step, 1 at the start), then the certificate at the new multiplier; ``U`` is
+    not used (returned as zeros). Two eigendecompositions a step, as the default order."""
     _check_relax(relax, "lean_solve")
+    if tracker not in ("admm", "newton"):
+        raise ValueError(f"lean_solve: tracker must be 'admm' or 'newton', got {tracker!r}")
+    if tracker == "newton" and (certify_first or steps < 1):
+        raise ValueError("lean_solve(tracker='newton') takes steps >= 1 conjugate-gradient steps and certifies after "
+                         "its Newton step: certify_first does not apply")
     if W.dtype not in (torch.float32, torch.float64):
         W, G = W.float(), G.float()
     Wt, Gt, wide = _tall_unit(W, G, normalize)
@@ -617,6 +635,12 @@ def lean_solve(W, G, P, warm=None, steps=1, rho=None, relax=1.8, normalize=True,
     else:
         Lambda, U = warm[0].to(pic.D.dtype), Span(warm[1].a.to(pic.D.dtype), warm[1].b.to(pic.D.dtype))
     rtol = 1e-7 if W.dtype == torch.float64 else 1e-6
+    if tracker == "newton":
+        t = torch.ones_like(pic.D[..., 0, 0]) if damping is None else damping.to(pic.D.dtype)
+        A, value, bound, AtA, Lambda, t = newton_track(pic, Lambda, t, steps, rtol)
+        iterations = torch.full(pic.D.shape[:-2], steps, dtype=torch.long, device=pic.D.device)
+        U = Span(torch.zeros_like(pic.D), torch.zeros_like(pic.D))
+        return GramSolve(A, pic, Lambda, U, _relative_gap(value, bound), iterations, wide, AtA, t)
     if certify_first:
         A, value, bound, AtA, Lambda, U = _certify_then_iterate(pic, Lambda, rho, steps, relax, rtol, polish)
         iterations = torch.full(pic.D.shape[:-2], steps, dtype=torch.long, device=pic.D.device)
@@ -640,6 +664,93 @@ def _certify_then_iterate(pic: GramPicture, Lambda, rho, steps: int, relax, rtol
     if steps:
         Lambda, U = admm_gram(pic, Lambda, U, rho, steps, relax, eig=eig)
     return A, value, bound, AtA, Lambda, U
+
+
+def _hvp(pic: GramPicture, a, V, s, dtype):
+    """Hess f [x] (``newton_track``'s Newton system, see the exact mode's derivation below) as a closure, in
+    ``dtype``, by four n x n products a call (five with a full D): in N's eigenbasis,
+    D dx N^{-1/2} + D a d(N^{-1/2}) = [D (dx V) diag(1/s) + (D a V) Ltilde] V^T, Ltilde the Daleckii-Krein
+    matrix of V^T dN V = (D a V)^T (dx V) + its transpose."""
+    P = pic.P
+    floor = 1e-7 * s[..., -1:].clamp_min(torch.finfo(s.dtype).tiny)
+    sc = torch.maximum(s, floor).to(dtype)  # (an overflow of L in float32, a G far from unit scale: see newton_track)
+    L = 1.0 / (sc.unsqueeze(-1) * sc.unsqueeze(-2) * (sc.unsqueeze(-1) + sc.unsqueeze(-2)))
+    inv = (1.0 / sc).unsqueeze(-2)
+    V = V.to(dtype)
+    DaV = pic.dmul(a).to(dtype) @ V
+    if pic.diagonal:
+        d = torch.diagonal(pic.D, dim1=-2, dim2=-1).to(dtype).unsqueeze(-1)
+        dmul = lambda X: d * X  # noqa: E731
+    else:
+        D = pic.D.to(dtype)
+        dmul = lambda X: D @ X  # noqa: E731
+
+    def hvp(x):  # 2 P(sym(inner(2 x))) = 2 P(inner(x) + inner(x)^T), inner linear
+        xV = x @ V
+        X = DaV.mT @ xV
+        inner = (dmul(xV) * inv - DaV @ ((X + X.mT) * L)) @ V.mT
+        return 2 * P(inner + inner.mT)
+
+    return hvp, DaV, V
+
+
+def newton_track(pic: GramPicture, Lambda, t, cg_steps: int, rtol, dtype=torch.float32, eig_dtype=torch.float64,
+                 precondition: bool = True):
+    """The lean solve's Newton tracker (``lean_solve(tracker="newton")``): from the carried multiplier ``Lambda``,
+    one Newton step on the dual f(Lambda) = ||G + 2 W Lambda||_*, damped by ``t`` (per matrix), then the
+    certificate at the new multiplier. Returns (A, value, bound, A^T A, Lambda', t'), A the certificate's
+    candidate at Lambda + t x.
+
+    One eigendecomposition of N = Z^T Z at ``Lambda`` (in ``eig_dtype``, float64: it gives f(Lambda), the
+    gradient and the Hessian's eigenbasis; measured, a float32 one resolves N's small eigenvalues too coarsely
+    for the gradient, and on a fixed G the tracker then stalls at a gap of ~3e-4 with its damping collapsing,
+    where in float64 it reaches 1e-6), ``cg_steps`` conjugate-gradient steps on Hess f [x] = -grad f (``_hvp``:
+    four n x n products each, in ``dtype``, float32: the step only has to be a good direction; a fixed number,
+    no test on the host), and the float64 certificate at Lambda + t x (one eigh, one eigvalsh). Without a host synchronisation the damping adapts per matrix: where the certified bound fell
+    below f(Lambda) the new multiplier is carried and t doubles (to at most 1), elsewhere the old one is kept
+    and t halves (an undamped step from the carried multiplier diverged in a prototype: chapter 04). Measured
+    on the benchmark ``solver_table``'s stationary stream (chapter 04), not proven: the settled e_W on GPT-2
+    small's DGram shapes is about 0.6x Muon's own, where one ADMM iteration's is 0.85x. ``bound`` is the
+    certificate's own (float64) bound, so the relative gap it gives is a certificate."""
+    P = pic.P
+    a = pic.K0 + 2 * Lambda
+    N = _sym(a.mT @ pic.dmul(a) + pic.R)
+    V, s = eig_sqrt(N.to(eig_dtype))
+    V, s = V.to(N.dtype), s.to(N.dtype)
+    f0 = s.sum(-1)
+    hvp, DaV, Vt = _hvp(pic, a, V, s, dtype)
+    grad = 2 * P(_sym((DaV * inv_sqrt(s, rtol).to(dtype).unsqueeze(-2)) @ Vt.mT))
+    if precondition:  # Jacobi on the first term of the Hessian, 2 P(D x N^{-1/2} + N^{-1/2} x D): its diagonal
+        d = torch.diagonal(pic.D, dim1=-2, dim2=-1).to(dtype)
+        floor = 1e-7 * s[..., -1:].clamp_min(torch.finfo(s.dtype).tiny)
+        nih = (Vt * Vt / torch.maximum(s, floor).to(dtype).unsqueeze(-2)).sum(-1)  # diag(N^{-1/2})
+        jac = 2 * (d.unsqueeze(-1) * nih.unsqueeze(-2) + nih.unsqueeze(-1) * d.unsqueeze(-2))
+        pre = lambda r: r / jac  # noqa: E731
+    else:
+        pre = lambda r: r  # noqa: E731
+    x = torch.zeros_like(grad)
+    r = -grad
+    z = pre(r)
+    p = z
+    rz = (r * z).sum((-2, -1))
+    tiny = torch.finfo(dtype).tiny
+    for _ in range(cg_steps):  # (P)CG, a fixed number of steps; a converged matrix (rz ~ 0) stops moving
+        Ap = hvp(p)
+        curv = (p * Ap).sum((-2, -1))
+        alpha = torch.where((curv > 0) & (rz > 0), rz / curv.clamp_min(tiny), 0)
+        x = x + alpha[..., None, None] * p
+        r = r - alpha[..., None, None] * Ap
+        z = pre(r)
+        rz_new = (r * z).sum((-2, -1))
+        p = z + torch.where(rz > 0, rz_new / rz.clamp_min(tiny), 0)[..., None, None] * p
+        rz = rz_new
+    x = torch.nan_to_num(x, nan=0.0, posinf=0.0, neginf=0.0)  # an overflow (a G far from unit scale) moves nothing
+    Lambda1 = Lambda + t[..., None, None] * x.to(Lambda.dtype)  # x is in P's range: grad and Hess f [.] are
+    A, value, bound, AtA, _ = certificate(pic, Lambda1, None, rtol, fast=True, with_gram=True)
+    fell = bound < f0
+    Lambda = torch.where(fell[..., None, None], Lambda1, Lambda)
+    t = torch.where(fell, (2 * t).clamp_max(1), 0.5 * t)
+    return A, value, bound, AtA, Lambda, t
 
 
 # ====================================================================== the exact mode: Newton on the dual

@@ -45,7 +45,7 @@ from __future__ import annotations
 
 import torch
 
-from ..manifolds.gram import GramManifold, GramOblique, Stiefel, inverse_sqrt_newton_schulz, inverse_sqrt_series  # noqa: F401 (re-exported)
+from ..manifolds.gram import DGram, GramManifold, GramOblique, Stiefel, inverse_sqrt_newton_schulz, inverse_sqrt_series  # noqa: F401 (re-exported)
 from ..msign import DEFAULT, msign
 from .base import MatrixOptimizer
 from .inner_solvers import (GramSolve, Span, _sym, admm, dual_ascent, exact_solve, gram, gram_solve, inv_sqrt,
@@ -90,7 +90,7 @@ SOLVER_DEFAULTS = {
 # What each solver reads; a setting given for a solver that does not read it is refused (it would do nothing).
 # ``rho`` None means 1/sqrt(n) where it is read; ``msign_dtype`` None means the compute dtype.
 SOLVER_SETTINGS = {
-    "lean": ("inner_steps", "warm_start", "normalize", "rho", "certify_first"),
+    "lean": ("inner_steps", "warm_start", "normalize", "rho", "certify_first", "tracker"),
     "gram_admm": ("inner_steps", "tol", "warm_start", "rho"),
     "exact": ("inner_steps", "tol", "warm_start"),
     "post": ("inner_steps", "alpha", "tol", "warm_start", "normalize", "msign", "ns_steps", "msign_dtype"),
@@ -99,19 +99,26 @@ SOLVER_SETTINGS = {
 }
 
 
-def lean_defaults(manifold) -> dict:
-    """The lean solve's ``inner_steps``, ``warm_start`` and ``certify_first`` on ``manifold`` (a name or an
-    instance): on Stiefel cold with no iteration (rectangular weights; a square one takes the closed form and
-    reads none of them), on DGram and Oblique the multiplier tracked from the last step with one ADMM
-    iteration, on Oblique certified first (``inner_solvers.lean_solve``: the certificate and the iteration share
-    one eigendecomposition). Why: measured on the benchmark ``solver_table``'s stationary stream of momenta
-    (chapter 04), not proven."""
+def lean_defaults(manifold, tracker: str | None = None) -> dict:
+    """The lean solve's ``tracker``, ``inner_steps``, ``warm_start`` and ``certify_first`` on ``manifold`` (a name
+    or an instance): on Stiefel cold with no iteration (rectangular weights; a square one takes the closed form
+    and reads none of them); on DGram the multiplier tracked from the last step by one damped Newton step of
+    three conjugate-gradient steps (``tracker="newton"``, ``inner_solvers.newton_track``); on Oblique tracked
+    by one ADMM iteration, certified first (``inner_solvers.lean_solve``: the certificate and the iteration
+    share one eigendecomposition). Given ``tracker`` ("admm" or "newton"), the defaults that go with it:
+    "newton" carries the multiplier with three CG steps anywhere, "admm" is the per-manifold ADMM default
+    above (on DGram one tracked iteration, the default before 2026-12-04). Why: measured on the benchmark
+    ``solver_table``'s stationary stream of momenta (chapter 04), not proven."""
     from ..manifolds import get_manifold
 
     M = get_manifold(manifold)
+    if tracker is None:
+        tracker = "newton" if isinstance(M, DGram) else "admm"
+    if tracker == "newton":
+        return dict(tracker="newton", inner_steps=1, warm_start=True, certify_first=False)
     if isinstance(M, Stiefel):
-        return dict(inner_steps=0, warm_start=False, certify_first=False)
-    return dict(inner_steps=1, warm_start=True, certify_first=isinstance(M, GramOblique))
+        return dict(tracker=tracker, inner_steps=0, warm_start=False, certify_first=False)
+    return dict(tracker=tracker, inner_steps=1, warm_start=True, certify_first=isinstance(M, GramOblique))
 
 
 _WHY_NOT = {
@@ -122,6 +129,7 @@ _WHY_NOT = {
     "alpha": "alpha is the step of dual ascent (inner='post' or 'dual_ascent')",
     "rho": "rho is the ADMM penalty (inner='gram_admm', 'lean' or 'admm')",
     "certify_first": "certify_first orders the lean step's certificate and iterations (inner='lean')",
+    "tracker": "tracker chooses how the lean step carries its multiplier (inner='lean')",
     "normalize": "it does not rescale G before its solve",
 }
 
@@ -265,11 +273,12 @@ class ManifoldMuon(MatrixOptimizer):
                  tol: float | None = None, warm_start: bool | None = None, alpha: float | None = None,
                  rho: float | None = None, normalize: bool | None = None, weight_decay: float = 0.0,
                  msign: str | None = None, ns_steps: int | None = None, msign_dtype: torch.dtype | None = None,
-                 nonfinite: str = "raise", split: int = 1, certify_first: bool | None = None):
+                 nonfinite: str = "raise", split: int = 1, certify_first: bool | None = None,
+                 tracker: str | None = None):
         super().__init__(params, lr=lr, momentum=momentum, nesterov=nesterov, weight_decay=weight_decay,
                          msign=msign, ns_steps=ns_steps, msign_dtype=msign_dtype, nonfinite=nonfinite,
                          manifold=manifold, split=split, inner=inner, inner_steps=inner_steps, alpha=alpha, rho=rho, tol=tol,
-                         warm_start=warm_start, normalize=normalize, certify_first=certify_first)
+                         warm_start=warm_start, normalize=normalize, certify_first=certify_first, tracker=tracker)
 
     def add_param_group(self, param_group: dict) -> None:
         """Settings left at None take the defaults of the group's solver (``SOLVER_DEFAULTS``) before checking."""
@@ -277,7 +286,7 @@ class ManifoldMuon(MatrixOptimizer):
         if inner not in SOLVER_DEFAULTS:
             raise ValueError(f"ManifoldMuon: unknown inner solver {inner!r}; choose one of {', '.join(SOLVER_DEFAULTS)}")
         inert = [k for k in ("inner_steps", "tol", "warm_start", "alpha", "rho", "normalize", "msign", "ns_steps",
-                             "msign_dtype", "certify_first")
+                             "msign_dtype", "certify_first", "tracker")
                  if k not in SOLVER_SETTINGS[inner] and param_group.get(k, self.defaults.get(k)) is not None]
         if inert:
             readers = {k: [s for s, keys in SOLVER_SETTINGS.items() if k in keys] for k in inert}
@@ -286,8 +295,12 @@ class ManifoldMuon(MatrixOptimizer):
                              "leave it out, or choose an inner solver that reads it ("
                              + "; ".join(f"{k}: {', '.join(v)}" for k, v in readers.items()) + ")")
         certify_first = param_group.get("certify_first", self.defaults.get("certify_first"))  # as the user gave it
+        tracker = param_group.get("tracker", self.defaults.get("tracker"))  # as the user gave it
         if inner == "lean":  # by manifold first (cold on Stiefel, tracked elsewhere)
-            for key, value in lean_defaults(param_group.get("manifold", self.defaults["manifold"])).items():
+            if tracker is not None and tracker not in ("admm", "newton"):
+                raise ValueError(f"ManifoldMuon(inner='lean'): tracker must be 'admm' (ADMM iterations) or 'newton' (one "
+                                 f"damped Newton step on the dual), got {tracker!r}")
+            for key, value in lean_defaults(param_group.get("manifold", self.defaults["manifold"]), tracker).items():
                 if param_group.get(key, self.defaults.get(key)) is None:
                     param_group[key] = value
             if certify_first is None and not (param_group.get("warm_start", self.defaults.get("warm_start"))
@@ -301,6 +314,13 @@ class ManifoldMuon(MatrixOptimizer):
             raise ValueError("ManifoldMuon(inner='lean') with inner_steps=0 (the default on Stiefel: the cold step) runs "
                              "no ADMM iteration, so rho (the ADMM penalty) would do nothing: leave rho out, or give "
                              "inner_steps >= 1 for it to act")
+        if inner == "lean" and param_group.get("tracker", self.defaults.get("tracker")) == "newton":
+            given = {k: param_group.get(k, self.defaults.get(k)) for k in ("warm_start", "inner_steps", "rho")}
+            if not given["warm_start"] or not given["inner_steps"] or certify_first is True or given["rho"] is not None:
+                raise ValueError("ManifoldMuon(inner='lean', tracker='newton') carries the multiplier from step to step "
+                                 "(warm_start=True), takes inner_steps >= 1 conjugate-gradient steps, certifies after its "
+                                 "Newton step and has no ADMM penalty: leave warm_start, certify_first and rho out (or "
+                                 "give tracker='admm' for them), and give inner_steps >= 1")
         if inner == "lean" and certify_first is True and not (
                 param_group.get("warm_start", self.defaults.get("warm_start"))
                 and param_group.get("inner_steps", self.defaults.get("inner_steps"))):
@@ -315,6 +335,8 @@ class ManifoldMuon(MatrixOptimizer):
             raise ValueError(f"ManifoldMuon: inner_steps must be an int >= 0, got {group['inner_steps']!r}")
         if group["inner"] == "lean" and not isinstance(group["certify_first"], bool):
             raise ValueError(f"ManifoldMuon: certify_first must be True or False, got {group['certify_first']!r}")
+        if group["inner"] == "lean" and group["tracker"] not in ("admm", "newton"):
+            raise ValueError(f"ManifoldMuon: tracker must be 'admm' or 'newton', got {group['tracker']!r}")
         if group["inner"] in ("gram_admm", "exact") and not (isinstance(group["tol"], (int, float)) and group["tol"] >= 0):
             raise ValueError(f"ManifoldMuon: gram_admm stops on a relative duality gap tol >= 0, got {group['tol']!r}")
         if group["split"] != 1:
@@ -358,13 +380,19 @@ class ManifoldMuon(MatrixOptimizer):
         if group["warm_start"] and all("Lambda" in s for s in states):
             warm = (torch.stack([s["Lambda"] for s in states]),
                     Span(torch.stack([s["U_a"] for s in states]), torch.stack([s["U_b"] for s in states])))
+        damping = None
+        if warm is not None and all("newton_t" in s for s in states):
+            damping = torch.stack([s["newton_t"] for s in states])
         sol = lean_solve(W, G, M.gram_projector, warm=warm, steps=group["inner_steps"], rho=group["rho"],
-                         normalize=group["normalize"], diagonal=M.diagonal_gram, certify_first=group["certify_first"])
+                         normalize=group["normalize"], diagonal=M.diagonal_gram, certify_first=group["certify_first"],
+                         tracker=group["tracker"], damping=damping)
         violation = rms(M.gram_projector(tangent_defect(sol.picture, sol.A)))
         for i, s in enumerate(states):
             s["tangent_violation"], s["duality_gap"], s["inner_iterations"] = violation[i], sol.gap[i], sol.iterations[i]
             if group["warm_start"]:
                 s["Lambda"], s["U_a"], s["U_b"] = sol.Lambda[i], sol.U.a[i], sol.U.b[i]
+            if sol.damping is not None:
+                s["newton_t"] = sol.damping[i]
         W_new, landed, fix = lean_retract(M, sol, lr, wd, W.dtype)
         self.guard(landed, fix)
         return W_new
