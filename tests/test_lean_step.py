@@ -269,12 +269,17 @@ def test_lean_defaults_by_manifold_act(name):
     cold = name == "stiefel"
     assert (group["inner_steps"], group["warm_start"]) == ((0, False) if cold else (1, True))
     assert group["certify_first"] == (name == "gram_oblique")
-    assert group["tracker"] == ("newton" if name == "dgram" else "admm")
+    assert group["tracker"] == "auto"
+    from manifold_muon.optim.manifold_muon import resolve_tracker
+    assert resolve_tracker(M, "auto", (24, 8)) == resolve_tracker(M, "auto", (8, 24)) == \
+        ("newton" if name == "dgram" else "admm")
+    assert resolve_tracker(M, "auto", (8, 8)) == "admm"     # square DGram: its optimum is rank-deficient
     G1, G2 = (spectrum_momentum((24, 8), g) for _ in range(2))
     for G in (G1, G2):
         W.grad = G.clone()
         opt.step()
     assert ("Lambda" in opt.state[W]) == (not cold)
+    assert ("newton_t" in opt.state[W]) == (name == "dgram")   # the Newton step's length, carried per weight
     alone = lean_solve(W.detach(), G2, M.gram_projector, warm=None, steps=0, diagonal=M.diagonal_gram)
     assert torch.allclose(opt.state[W]["duality_gap"], alone.gap) == cold  # tracked: another multiplier
     pinned = ManifoldMuon([torch.nn.Parameter(W.detach().clone())], manifold=name, inner="lean", inner_steps=2)

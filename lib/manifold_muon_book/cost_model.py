@@ -379,7 +379,9 @@ def matrix_step(opt, group: dict, shape) -> Cost:
                 c.dec("eigh", n, n)
                 c.mm(20 * n ** 3, n, "float64")
             else:
-                if group.get("tracker") == "newton":  # the Newton basis and the certificate; CG steps are products
+                from manifold_muon.optim.manifold_muon import resolve_tracker
+
+                if resolve_tracker(M, group.get("tracker") or "auto", shape) == "newton":  # Newton basis, certificate
                     c.dec("eigh", small, small, 2)
                     c.mm(2 * (4 * steps + 3) * small ** 3, small, "float32")  # four a CG step; gradient, setup
                 else:

@@ -300,9 +300,9 @@ def gram_picture(W, G, P, dtype=torch.float64, products=torch.float64, diagonal:
         # that is stored and multiplied at the end. msign amplifies a direction of singular value s by 1/s, so
         # where C is rank-deficient (a low-rank gradient) R must describe that C below float32's rounding, or
         # the A it certifies feasible is not (measured: a float32 C^T C let ||A||_op reach 1 + 6e-4 on rank 2)
-        C = C.to(torch.float64)
-        R = _sym(C.mT @ C)
-    return GramPicture(W, C.to(W.dtype), D.to(dtype), K0.to(dtype), R.to(dtype), P, diagonal)
+        C64 = C.to(torch.float64)
+        R = _sym(C64.mT @ C64)
+    return GramPicture(W, C.to(W.dtype), D.to(dtype), K0.to(dtype), R.to(dtype), P, diagonal)  # (no copy in float32)
 
 
 def wt(pic: GramPicture, X: Span):
@@ -397,15 +397,17 @@ def feasible(pic: GramPicture, X: Span, polish: int = 0, fast: bool = False, wit
         op = torch.linalg.eigvalsh(N.to(torch.float32))[..., -1].to(N.dtype).clamp_min(0).sqrt().clamp_min(1) * (1 + 1e-6)
     else:
         op = torch.linalg.eigvalsh(N)[..., -1].clamp_min(0).sqrt().clamp_min(1)
-    value = dot_G(pic, X) / op
+    X = X.scale(1 / op)
+    value = dot_G(pic, X)
     # a candidate that points uphill (<G, X> < 0, seen from a wild multiplier) is worse than no step: the zero
     # direction replaces it (value 0, relative gap 1, its true sub-optimality), as the relative gap
-    # (bound - value) / bound bounds (OPT - value) / OPT only where value >= 0
-    scale = torch.where(value < 0, 0.0, 1 / op)
-    X = X.scale(scale)
+    # (bound - value) / bound bounds (OPT - value) / OPT only where value >= 0 (elsewhere X is multiplied by 1:
+    # unchanged to the last bit)
+    keep = torch.where(value < 0, 0.0, 1.0).to(value.dtype)
+    X = X.scale(keep)
     value = value.clamp_min(0)
     if with_gram:
-        return X, value, N * (scale * scale)[..., None, None]
+        return X, value, N / (op * op)[..., None, None] * keep[..., None, None]
     return X, value
 
 

@@ -11,12 +11,16 @@ Inner solvers (``inner``):
   ``inner_solvers.lean_solve``, one certificate, and ``lean_retract`` (no eigendecomposition: Stiefel and DGram
   by a series, Oblique exact). How the multiplier is found depends on the manifold (``lean_defaults``):
   rectangular Stiefel cold, with no iteration (``inner_steps=0, warm_start=False``: the tangent projection's
-  msign, scaled into the unit ball; one eigendecomposition), DGram and Oblique tracked (the dual (Lambda, U)
-  carried from the previous step, ``inner_steps=1`` ADMM iteration; on Oblique the certificate first, at the
-  carried multiplier, sharing its eigendecomposition with the iteration, ``certify_first=True``). Measured on a stream of training-like
-  momenta (benchmark ``solver_table``, chapter 04): on rectangular Stiefel the cold step's settled e_W is
-  0.45x Muon's own at GPT-2 small's shapes where the tracked one's is 0.8x, for one eigendecomposition
-  fewer; on DGram and Oblique tracking is the more accurate of the two. Fixed work per matrix and no host
+  msign, scaled into the unit ball; one eigendecomposition), DGram and Oblique tracked (the multiplier carried
+  from the previous step): on DGram by one damped Newton step on the dual with one Jacobi-preconditioned
+  conjugate-gradient step (``tracker="newton"``, ``inner_steps=1``: ``inner_solvers.newton_track``; two
+  eigendecompositions), on Oblique by ``inner_steps=1`` ADMM iteration with the certificate first, at the
+  carried multiplier, sharing its eigendecomposition with the iteration (``certify_first=True``). Measured on a
+  stream of training-like momenta (benchmark ``solver_table``, chapter 04): on rectangular Stiefel the cold
+  step's settled e_W is 0.45x Muon's own at GPT-2 small's shapes where the tracked one's is 0.8x, for one
+  eigendecomposition fewer; on DGram and Oblique tracking is the more accurate of the two, and on DGram the
+  Newton tracker settles closer than one ADMM iteration (about 0.6x Muon's e_W at GPT-2 small's rectangular
+  shapes against 0.85x, prototypes of 2026-12-04; the table has the measured rows). Fixed work per matrix and no host
   synchronisation; the certified gap is recorded, not enforced (on training-like momenta it is about
   0.1-0.3: the measured accuracy-cost table is the benchmark ``solver_table`` and chapter 04). Not the default: at the cpu preset it trains measurably
   worse than ``"gram_admm"`` (chapter 05, run ``solver_training``).
@@ -52,7 +56,8 @@ from .inner_solvers import (GramSolve, Span, _sym, admm, dual_ascent, exact_solv
                             lean_solve, rms, tangent_defect)
 
 
-__all__ = ["ManifoldMuon", "POST_RECIPE", "fused_retract", "lean_defaults", "lean_retract", "square_stiefel_step",
+__all__ = ["ManifoldMuon", "POST_RECIPE", "TRACKERS", "fused_retract", "lean_defaults", "lean_retract", "resolve_tracker",
+           "square_stiefel_step",
            "post_msign", "inverse_sqrt_newton_schulz", "inverse_sqrt_series"]
 
 # The blog post's inner solve, one argument away (inner="post"): what "Different Layers, Different
@@ -99,26 +104,39 @@ SOLVER_SETTINGS = {
 }
 
 
+TRACKERS = ("auto", "admm", "newton")
+
+
 def lean_defaults(manifold, tracker: str | None = None) -> dict:
     """The lean solve's ``tracker``, ``inner_steps``, ``warm_start`` and ``certify_first`` on ``manifold`` (a name
     or an instance): on Stiefel cold with no iteration (rectangular weights; a square one takes the closed form
-    and reads none of them); on DGram the multiplier tracked from the last step by one damped Newton step of
-    three conjugate-gradient steps (``tracker="newton"``, ``inner_solvers.newton_track``); on Oblique tracked
-    by one ADMM iteration, certified first (``inner_solvers.lean_solve``: the certificate and the iteration
-    share one eigendecomposition). Given ``tracker`` ("admm" or "newton"), the defaults that go with it:
-    "newton" carries the multiplier with three CG steps anywhere, "admm" is the per-manifold ADMM default
-    above (on DGram one tracked iteration, the default before 2026-12-04). Why: measured on the benchmark
+    and reads none of them); on DGram the multiplier tracked from the last step, on its rectangular weights by
+    one damped Newton step of one conjugate-gradient step, on its square ones by one ADMM iteration
+    (``tracker="auto"``, ``resolve_tracker``); on Oblique tracked by one ADMM iteration, certified first
+    (``inner_solvers.lean_solve``: the certificate and the iteration share one eigendecomposition). Given
+    ``tracker`` ("auto", "admm" or "newton"), the defaults that go with it: "newton" carries the multiplier with
+    one CG step on every weight, "admm" and "auto" take the per-manifold defaults above ("admm" on DGram: one
+    tracked ADMM iteration on every weight, the default before 2026-12-04). Why: measured on the benchmark
     ``solver_table``'s stationary stream of momenta (chapter 04), not proven."""
     from ..manifolds import get_manifold
 
     M = get_manifold(manifold)
-    if tracker is None:
-        tracker = "newton" if isinstance(M, DGram) else "admm"
+    tracker = tracker or "auto"
     if tracker == "newton":
         return dict(tracker="newton", inner_steps=1, warm_start=True, certify_first=False)
     if isinstance(M, Stiefel):
         return dict(tracker=tracker, inner_steps=0, warm_start=False, certify_first=False)
     return dict(tracker=tracker, inner_steps=1, warm_start=True, certify_first=isinstance(M, GramOblique))
+
+
+def resolve_tracker(manifold, tracker: str, shape) -> str:
+    """What ``tracker`` means for one weight of ``shape``: "auto" is "newton" on a rectangular DGram weight and
+    "admm" elsewhere (measured, chapter 04: on square DGram, whose optimum is rank-deficient, the Newton step
+    settles no closer than one ADMM iteration and costs more; on Oblique the certified-first ADMM iteration
+    costs one eigendecomposition where Newton needs two)."""
+    if tracker != "auto":
+        return tracker
+    return "newton" if isinstance(manifold, DGram) and shape[-2] != shape[-1] else "admm"
 
 
 _WHY_NOT = {
@@ -243,7 +261,7 @@ class ManifoldMuon(MatrixOptimizer):
         lr: step length of W - lr * A (A has singular values <= 1).
         momentum, nesterov: Muon momentum on the gradient.
         inner: "gram_admm" (default), "lean", "exact", "post", "dual_ascent" or "admm" (module docstring).
-        inner_steps: iterations (None: for lean 0 on Stiefel and 1 on DGram and Oblique, 16 ADMM before Newton
+        inner_steps: iterations (None: for lean 0 on Stiefel and 1 on DGram (CG steps) and Oblique, 16 ADMM before Newton
             for exact, 16 for gram_admm, 20 for post / dual_ascent, 10 for admm).
         tol: the relative residual the inner solve stops at: gram_admm / exact stop when the relative
             duality gap is <= tol (1e-3 / 1e-6); dual_ascent / admm stop a matrix when ||H||_RMS < tol
@@ -253,6 +271,11 @@ class ManifoldMuon(MatrixOptimizer):
         certify_first: lean only: certify the carried multiplier first, then iterate for the next step, the
             two sharing one eigendecomposition (``inner_solvers.lean_solve``; default True on Oblique, False
             elsewhere and where warm_start is False or inner_steps 0; given True there, it is refused).
+        tracker: lean only: how the multiplier is carried from step to step, "admm" (``inner_steps`` ADMM
+            iterations), "newton" (one damped Newton step on the dual with ``inner_steps`` preconditioned
+            conjugate-gradient steps, ``inner_solvers.newton_track``) or "auto" (the default: "newton" on
+            rectangular DGram weights, "admm" elsewhere, ``resolve_tracker``). "newton" (and "auto" on DGram)
+            needs warm_start and inner_steps >= 1 and refuses certify_first and rho.
         alpha: dual-ascent step (linear decay to 0), read by post / dual_ascent; rho: ADMM penalty
             (None: 1/sqrt(n)), read by gram_admm / lean / admm.
         normalize: rescale G to unit RMS before the solve (lean, post and dual_ascent; False for "post", as
@@ -297,9 +320,9 @@ class ManifoldMuon(MatrixOptimizer):
         certify_first = param_group.get("certify_first", self.defaults.get("certify_first"))  # as the user gave it
         tracker = param_group.get("tracker", self.defaults.get("tracker"))  # as the user gave it
         if inner == "lean":  # by manifold first (cold on Stiefel, tracked elsewhere)
-            if tracker is not None and tracker not in ("admm", "newton"):
-                raise ValueError(f"ManifoldMuon(inner='lean'): tracker must be 'admm' (ADMM iterations) or 'newton' (one "
-                                 f"damped Newton step on the dual), got {tracker!r}")
+            if tracker is not None and tracker not in TRACKERS:
+                raise ValueError(f"ManifoldMuon(inner='lean'): tracker must be 'auto' (by manifold and shape), 'admm' (ADMM "
+                                 f"iterations) or 'newton' (one damped Newton step on the dual), got {tracker!r}")
             for key, value in lean_defaults(param_group.get("manifold", self.defaults["manifold"]), tracker).items():
                 if param_group.get(key, self.defaults.get(key)) is None:
                     param_group[key] = value
@@ -314,13 +337,19 @@ class ManifoldMuon(MatrixOptimizer):
             raise ValueError("ManifoldMuon(inner='lean') with inner_steps=0 (the default on Stiefel: the cold step) runs "
                              "no ADMM iteration, so rho (the ADMM penalty) would do nothing: leave rho out, or give "
                              "inner_steps >= 1 for it to act")
-        if inner == "lean" and param_group.get("tracker", self.defaults.get("tracker")) == "newton":
+        from ..manifolds import get_manifold
+
+        newton = param_group.get("tracker", self.defaults.get("tracker")) == "newton" or (
+            param_group.get("tracker", self.defaults.get("tracker")) == "auto"
+            and isinstance(get_manifold(param_group.get("manifold", self.defaults["manifold"])), DGram))
+        if inner == "lean" and newton:  # (auto on DGram: its rectangular weights take the Newton step)
             given = {k: param_group.get(k, self.defaults.get(k)) for k in ("warm_start", "inner_steps", "rho")}
             if not given["warm_start"] or not given["inner_steps"] or certify_first is True or given["rho"] is not None:
-                raise ValueError("ManifoldMuon(inner='lean', tracker='newton') carries the multiplier from step to step "
-                                 "(warm_start=True), takes inner_steps >= 1 conjugate-gradient steps, certifies after its "
-                                 "Newton step and has no ADMM penalty: leave warm_start, certify_first and rho out (or "
-                                 "give tracker='admm' for them), and give inner_steps >= 1")
+                raise ValueError("ManifoldMuon(inner='lean', tracker='newton', or 'auto' on DGram, the default there) "
+                                 "carries the multiplier from step to step (warm_start=True), takes inner_steps >= 1 "
+                                 "conjugate-gradient steps, certifies after its Newton step and has no ADMM penalty: "
+                                 "leave warm_start, certify_first and rho out (or give tracker='admm' for them), and "
+                                 "give inner_steps >= 1")
         if inner == "lean" and certify_first is True and not (
                 param_group.get("warm_start", self.defaults.get("warm_start"))
                 and param_group.get("inner_steps", self.defaults.get("inner_steps"))):
@@ -335,8 +364,8 @@ class ManifoldMuon(MatrixOptimizer):
             raise ValueError(f"ManifoldMuon: inner_steps must be an int >= 0, got {group['inner_steps']!r}")
         if group["inner"] == "lean" and not isinstance(group["certify_first"], bool):
             raise ValueError(f"ManifoldMuon: certify_first must be True or False, got {group['certify_first']!r}")
-        if group["inner"] == "lean" and group["tracker"] not in ("admm", "newton"):
-            raise ValueError(f"ManifoldMuon: tracker must be 'admm' or 'newton', got {group['tracker']!r}")
+        if group["inner"] == "lean" and group["tracker"] not in TRACKERS:
+            raise ValueError(f"ManifoldMuon: tracker must be one of {', '.join(TRACKERS)}, got {group['tracker']!r}")
         if group["inner"] in ("gram_admm", "exact") and not (isinstance(group["tol"], (int, float)) and group["tol"] >= 0):
             raise ValueError(f"ManifoldMuon: gram_admm stops on a relative duality gap tol >= 0, got {group['tol']!r}")
         if group["split"] != 1:
@@ -385,7 +414,7 @@ class ManifoldMuon(MatrixOptimizer):
             damping = torch.stack([s["newton_t"] for s in states])
         sol = lean_solve(W, G, M.gram_projector, warm=warm, steps=group["inner_steps"], rho=group["rho"],
                          normalize=group["normalize"], diagonal=M.diagonal_gram, certify_first=group["certify_first"],
-                         tracker=group["tracker"], damping=damping)
+                         tracker=resolve_tracker(M, group["tracker"], W.shape), damping=damping)
         violation = rms(M.gram_projector(tangent_defect(sol.picture, sol.A)))
         for i, s in enumerate(states):
             s["tangent_violation"], s["duality_gap"], s["inner_iterations"] = violation[i], sol.gap[i], sol.iterations[i]

@@ -31,6 +31,17 @@ gives e_W 0.66% at 768 x 2304, 768 x 3072 and 3072 x 768, 0.45x Muon's 1.47% and
 tracked lean step settles at 1.15-1.19% (chapter 04); on DGram 768 x 2304 it gives 1.10%, 0.99x Muon's 1.11%
 (tracked: 0.85x). So the per-manifold default these measurements argue for is cold on rectangular Stiefel and
 tracked on Oblique (by ADMM as now, or by Newton at about 1.6x the price for the exact answer).
+
+Since 2026-12-04 the library has the tracker (``inner_solvers.newton_track``, ``ManifoldMuon(tracker="newton")``,
+DGram's lean default) with two changes measured against this prototype on the same stream: a Jacobi
+preconditioner (the diagonal of the Hessian's first term, 2 P(D x N^{-1/2} + N^{-1/2} x D)), with which one CG
+step settled at 0.54-0.61x Muon's e_W on GPT-2 small's three rectangular DGram shapes (cg3 here: 0.60-0.62x; at
+384 x 1536, 0.56x against 0.76x unpreconditioned), and CG in float32 (four n x n products a step), the
+eigendecomposition kept in float64 (in float32: 0.69x at 768 x 2304, and on a fixed gradient the gap stalls at
+~3e-4). Two variants with one eigendecomposition a step did worse: the direction certified at the carried
+multiplier with an undamped Newton step for the next one diverged (gap 1.0 within eight steps at 384 x 1536),
+and a certificate at the new multiplier read in the old eigenbasis (a Peierls bound on the dual, a Ritz
+candidate) settled at 0.64x at 768 x 2304 with its gap still falling after 64 steps.
 """
 
 from __future__ import annotations
