@@ -56,13 +56,15 @@ from .common import CPU_SHAPES, GPT2_SHAPES, device, one_cpu_thread, write_resul
 from .momenta import correlated, rotating_stream, synthetic_momentum
 
 MANIFOLDS = ("stiefel", "dgram", "gram_oblique")
-# lean: the library's lean default (by manifold: cold on Stiefel, tracked elsewhere: by a Newton step on DGram since
-# 2026-12-04, by ADMM on Oblique); the other lean variants pin every setting (ADMM tracking), so that they mean the
-# same on every manifold (lean_tracked is DGram's lean default before 2026-12-04)
+# lean: the library's lean default (by manifold: cold on Stiefel, tracked elsewhere: by a Newton step on rectangular
+# DGram weights since 2026-12-04, by ADMM on square DGram and on Oblique); the other lean variants pin every setting,
+# so that they mean the same on every manifold and shape (lean_tracked, one ADMM iteration, is DGram's lean default
+# before 2026-12-04; lean_newton the Newton tracker on every weight)
 VARIANTS = {"lean": dict(inner="lean"),
             "lean_tracked": dict(inner="lean", tracker="admm", inner_steps=1, warm_start=True, certify_first=False),
             "lean3": dict(inner="lean", tracker="admm", inner_steps=3, warm_start=True, certify_first=False),
             "lean_cold": dict(inner="lean", tracker="admm", inner_steps=0, warm_start=False, certify_first=False),
+            "lean_newton": dict(inner="lean", tracker="newton", inner_steps=1, warm_start=True, certify_first=False),
             "gram_admm": dict(inner="gram_admm"),
             "exact": dict(inner="exact"), "post": dict(inner="post")}
 LRS = (0.02, 0.1)
