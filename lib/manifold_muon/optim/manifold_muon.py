@@ -12,15 +12,16 @@ Inner solvers (``inner``):
   by a series, Oblique exact). How the multiplier is found depends on the manifold (``lean_defaults``):
   rectangular Stiefel cold, with no iteration (``inner_steps=0, warm_start=False``: the tangent projection's
   msign, scaled into the unit ball; one eigendecomposition), DGram and Oblique tracked (the multiplier carried
-  from the previous step): on DGram by one damped Newton step on the dual with one Jacobi-preconditioned
-  conjugate-gradient step (``tracker="newton"``, ``inner_steps=1``: ``inner_solvers.newton_track``; two
-  eigendecompositions), on Oblique by ``inner_steps=1`` ADMM iteration with the certificate first, at the
+  from the previous step): on rectangular DGram weights by one damped Newton step on the dual with one
+  Jacobi-preconditioned conjugate-gradient step (``tracker="auto"``, ``inner_steps=1``: ``inner_solvers.newton_track``;
+  two eigendecompositions), on square DGram weights by one ADMM iteration, on Oblique by ``inner_steps=1`` ADMM
+  iteration with the certificate first, at the
   carried multiplier, sharing its eigendecomposition with the iteration (``certify_first=True``). Measured on a
   stream of training-like momenta (benchmark ``solver_table``, chapter 04): on rectangular Stiefel the cold
   step's settled e_W is 0.45x Muon's own at GPT-2 small's shapes where the tracked one's is 0.8x, for one
   eigendecomposition fewer; on DGram and Oblique tracking is the more accurate of the two, and on DGram the
-  Newton tracker settles closer than one ADMM iteration (about 0.6x Muon's e_W at GPT-2 small's rectangular
-  shapes against 0.85x, prototypes of 2026-12-04; the table has the measured rows). Fixed work per matrix and no host
+  Newton tracker settles closer than one ADMM iteration (0.57-0.63x Muon's e_W at GPT-2 small's rectangular
+  shapes against 0.85-0.88x; on square DGram no closer, and dearer). Fixed work per matrix and no host
   synchronisation; the certified gap is recorded, not enforced (on training-like momenta it is about
   0.1-0.3: the measured accuracy-cost table is the benchmark ``solver_table`` and chapter 04). Not the default: at the cpu preset it trains measurably
   worse than ``"gram_admm"`` (chapter 05, run ``solver_training``).
