@@ -33,7 +33,8 @@ at their iteration caps) and ``dual_ascent_scaling`` (per size the post's dual a
   n x n eigh and ~``GRAM_ITER_N3`` n^3 of n x n products, plus its certificates (one eigh and two eigvalsh
   each, one every 4 iterations and at the two starts, a polished one at the cap) and the retraction's eigh;
   square Stiefel in closed form (one certificate); ``lean`` an eigh per iteration and the certificate's (one
-  fewer with ``certify_first``; with ``tracker="newton"`` two, the default on DGram, its conjugate-gradient steps
+  fewer with ``certify_first``; on Oblique in the matrix, ``oblique_step``: 6 m n^2 of float64 products for the
+  certificate and 4 m n^2 an iteration; with ``tracker="newton"`` two, the default on DGram, its conjugate-gradient steps
   four n x n float32 products each), ~``LEAN_N3`` n^3 of n x n products and
   12 m n^2; the sphere optimizers (``manifold_muon.optim.spheres``): MACRO and MuonH one msign (Polar
   Express, 5 steps, float32), SSO and FSO ``inner_steps`` (10) bisection msigns at the cap, and on the
@@ -348,7 +349,7 @@ def _polar(c: Cost, M, m: int, n: int) -> None:
 
 def matrix_step(opt, group: dict, shape) -> Cost:
     """The work of ``opt``'s step on one weight of ``shape`` in ``group`` (see the module docstring)."""
-    from manifold_muon.manifolds.gram import Stiefel
+    from manifold_muon.manifolds.gram import GramOblique, Stiefel
     from manifold_muon.optim import FSO, MACRO, SSO, ManifoldMuon, Muon, MuonH
 
     c = Cost()
@@ -381,7 +382,16 @@ def matrix_step(opt, group: dict, shape) -> Cost:
             else:
                 from manifold_muon.optim.manifold_muon import resolve_tracker
 
-                if resolve_tracker(M, group.get("tracker") or "auto", shape) == "newton":  # Newton basis, certificate
+                tracker = resolve_tracker(M, group.get("tracker") or "auto", shape)
+                if isinstance(M, GramOblique) and tracker == "admm":  # in the matrix (``oblique_step``), float64
+                    shared = 1 if group.get("certify_first") and steps else 0
+                    c.dec("eigh", small, small, steps + 1 - shared)
+                    c.dec("eigvalsh", small, small)
+                    # certificate: Z^T Z, Z Y, X^T X; an iteration: Zp^T Zp (but the shared one), Zp F
+                    c.mm(2 * (3 + 2 * steps - shared) * big * small * small, small, "float64")
+                    c.mm(2 * (1 + steps) * small ** 3, small, "float64")  # the factors Y and F
+                    return c
+                if tracker == "newton":  # Newton basis, certificate
                     c.dec("eigh", small, small, 2)
                     c.mm(2 * (4 * steps + 3) * small ** 3, small, "float32")  # four a CG step; gradient, setup
                 else:

@@ -247,6 +247,13 @@ class Span:
     def __matmul__(self, T):
         return Span(self.a @ T, self.b @ T)
 
+    def times(self, T, pic: "GramPicture"):
+        """X @ T, where on a square W (C = 0: ``matrix``, ``gram`` and ``dot_G`` read no b) the b-coefficients are
+        kept as they are instead of multiplied: one n x n product fewer."""
+        if pic.W.size(-2) == pic.W.size(-1):
+            return Span(self.a @ T, self.b)
+        return self @ T
+
     def scale(self, c):
         """c X for a per-matrix scalar c (shape of the batch)."""
         return Span(self.a * c[..., None, None], self.b * c[..., None, None])
@@ -482,7 +489,7 @@ def admm_gram(pic: GramPicture, Lambda, U, rho, steps, relax=1.0, eig=None):
         Zp = Y + Span(U.a / rho, U.b / rho)
         V, s = eig_sqrt(gram(pic, Zp)) if eig is None else eig
         eig = None
-        X = Zp @ factor(V, s, shrink(rho))
+        X = Zp.times(factor(V, s, shrink(rho)), pic)
         Ur = Zp - X
         S = wt(pic, X - G - Ur)
         Lambda = multiplier(pic, 0.5 * (S + S.mT))
@@ -607,10 +614,11 @@ def lean_solve(W, G, P, warm=None, steps=1, rho=None, relax=1.8, normalize=True,
     thresholds the singular values of the same Z = G + 2 W Lambda that the certificate decomposes, so the two
     share one eigendecomposition: one eigh per step instead of two (with ``steps=1``). The direction returned
     is then the certificate's at the multiplier the previous step's iteration left (``warm``), and the
-    returned (Lambda, U) are for the next step. Measured on the benchmark's stationary stream (chapter 04): on
-    Oblique at the CPU presets' rectangular widths it is more accurate than the default order, at GPT-2 small's
-    rectangular shapes a little less (inside the two-thirds-of-Muon target), on square Oblique and on DGram
-    less. With ``steps`` > 1 the iterations are one ``admm_gram`` call (the first shares the certificate's
+    returned (Lambda, U) are for the next step. Measured on the benchmark's stationary stream (chapter 04), here:
+    on Oblique at the CPU presets' rectangular widths more accurate than the default order, at GPT-2 small's
+    rectangular shapes a little less, on square Oblique and on DGram less. The default order's U is carried by
+    its coefficients, whose C-part the next momentum's C reinterprets; Oblique's lean step, which carries U as a
+    matrix (``manifold_muon.oblique_solve``), settles closer in the default order on every shape. With ``steps`` > 1 the iterations are one ``admm_gram`` call (the first shares the certificate's
     eigendecomposition; the later ones are over-relaxed, as in any call).
 
     ``tracker="newton"``: instead of ADMM iterations, one damped Newton step on the dual from the carried

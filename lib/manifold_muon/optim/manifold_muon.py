@@ -7,16 +7,18 @@
 Inner solvers (``inner``):
 
 * ``"lean"``: Manifold Muon at about Muon's price. Square Stiefel in closed form
-  (``square_stiefel_step``: one eigendecomposition, exact, gap 0 to rounding, retraction free); elsewhere
+  (``square_stiefel_step``: one eigendecomposition, exact, gap 0 to rounding, retraction free); Oblique in the
+  matrix itself (``oblique_step``: its multiplier is diagonal, so the Gram picture's up-front products buy
+  nothing, and on a square weight the picture divides by an ill-conditioned W^T W); elsewhere
   ``inner_solvers.lean_solve``, one certificate, and ``lean_retract`` (no eigendecomposition: Stiefel and DGram
-  by a series, Oblique exact). How the multiplier is found depends on the manifold (``lean_defaults``):
+  by a series). How the multiplier is found depends on the manifold (``lean_defaults``):
   rectangular Stiefel cold, with no iteration (``inner_steps=0, warm_start=False``: the tangent projection's
   msign, scaled into the unit ball; one eigendecomposition), DGram and Oblique tracked (the multiplier carried
   from the previous step): on rectangular DGram weights by one damped Newton step on the dual with one
   Jacobi-preconditioned conjugate-gradient step (``tracker="auto"``, ``inner_steps=1``: ``inner_solvers.newton_track``;
-  two eigendecompositions), on square DGram weights by one ADMM iteration, on Oblique by ``inner_steps=1`` ADMM
-  iteration with the certificate first, at the
-  carried multiplier, sharing its eigendecomposition with the iteration (``certify_first=True``). Measured on a
+  two eigendecompositions), on square DGram weights and on Oblique by one ADMM iteration (``inner_steps=1``), then
+  the certificate (``certify_first=True``, the other order, shares one eigendecomposition between the two and
+  settles further). Measured on a
   stream of training-like momenta (benchmark ``solver_table``, chapter 04): on rectangular Stiefel the cold
   step's settled e_W is 0.45x Muon's own at GPT-2 small's shapes where the tracked one's is 0.8x, for one
   eigendecomposition fewer; on DGram and Oblique tracking is the more accurate of the two, and on DGram the
@@ -53,12 +55,12 @@ import torch
 from ..manifolds.gram import DGram, GramManifold, GramOblique, Stiefel, inverse_sqrt_newton_schulz, inverse_sqrt_series  # noqa: F401 (re-exported)
 from ..msign import DEFAULT, msign
 from .base import MatrixOptimizer
-from .inner_solvers import (GramSolve, Span, _sym, admm, dual_ascent, exact_solve, gram, gram_solve, inv_sqrt,
-                            lean_solve, rms, tangent_defect)
+from .inner_solvers import (GramSolve, Span, _sym, admm, dual_ascent, eig_sqrt, exact_solve, factor, gram, gram_solve,
+                            inv_sqrt, lean_solve, rms, shrink, tangent_defect)
 
 
 __all__ = ["ManifoldMuon", "POST_RECIPE", "TRACKERS", "fused_retract", "lean_defaults", "lean_retract", "resolve_tracker",
-           "square_stiefel_step",
+           "oblique_solve", "oblique_step", "square_stiefel_step",
            "post_msign", "inverse_sqrt_newton_schulz", "inverse_sqrt_series"]
 
 # The blog post's inner solve, one argument away (inner="post"): what "Different Layers, Different
@@ -113,8 +115,10 @@ def lean_defaults(manifold, tracker: str | None = None) -> dict:
     or an instance): on Stiefel cold with no iteration (rectangular weights; a square one takes the closed form
     and reads none of them); on DGram the multiplier tracked from the last step, on its rectangular weights by
     one damped Newton step of one conjugate-gradient step, on its square ones by one ADMM iteration
-    (``tracker="auto"``, ``resolve_tracker``); on Oblique tracked by one ADMM iteration, certified first
-    (``inner_solvers.lean_solve``: the certificate and the iteration share one eigendecomposition). Given
+    (``tracker="auto"``, ``resolve_tracker``); on Oblique tracked by one ADMM iteration, then certified, in the
+    matrix itself (``oblique_step``, which carries the ADMM's U as a matrix; from 2026-12-03 to 2026-12-04 the
+    default there was ``certify_first=True``, one eigendecomposition fewer, which settles further from the optimum
+    than this order once U is carried as a matrix: chapter 04). Given
     ``tracker`` ("auto", "admm" or "newton"), the defaults that go with it: "newton" carries the multiplier with
     one CG step on every weight, "admm" and "auto" take the per-manifold defaults above ("admm" on DGram: one
     tracked ADMM iteration on every weight, the default before 2026-12-04). Why: measured on the benchmark
@@ -127,7 +131,7 @@ def lean_defaults(manifold, tracker: str | None = None) -> dict:
         return dict(tracker="newton", inner_steps=1, warm_start=True, certify_first=False)
     if isinstance(M, Stiefel):
         return dict(tracker=tracker, inner_steps=0, warm_start=False, certify_first=False)
-    return dict(tracker=tracker, inner_steps=1, warm_start=True, certify_first=isinstance(M, GramOblique))
+    return dict(tracker=tracker, inner_steps=1, warm_start=True, certify_first=False)
 
 
 def resolve_tracker(manifold, tracker: str, shape) -> str:
@@ -162,7 +166,7 @@ def fused_retract(M: GramManifold, sol: GramSolve, lr: float, weight_decay: floa
     X = Span((1 - lr * weight_decay) * pic.eye() - lr * A.a, -lr * A.b)
     T = M.checked_factor(gram(pic, X, exact=True).to(dtype or pic.W.dtype))
     # None: X^T X too ill conditioned: retract X itself
-    W_new = (X @ T.to(X.a.dtype)).matrix(pic) if T is not None else M.retract(X.matrix(pic))
+    W_new = X.times(T.to(X.a.dtype), pic).matrix(pic) if T is not None else M.retract(X.matrix(pic))
     return W_new.mT if sol.wide else W_new
 
 
@@ -196,7 +200,7 @@ def lean_retract(M: GramManifold, sol: GramSolve, lr: float, weight_decay: float
     # (W^T W ill conditioned) and X T stays in float64 (measured: float32 there doubles the constraint's rounding)
     dt = pic.W.dtype if pic.diagonal else X.a.dtype
     T = torch.nan_to_num(T).to(dt)
-    W_new = (Span(X.a.to(dt), X.b.to(dt)) @ T).matrix(pic)
+    W_new = Span(X.a.to(dt), X.b.to(dt)).times(T, pic).matrix(pic)
 
     def fix(bad):
         Xm = X.matrix(pic)
@@ -255,6 +259,108 @@ def square_stiefel_step(W: torch.Tensor, G: torch.Tensor, lr: float, weight_deca
     return W @ F, gap, violation
 
 
+def _column_dots(X, Y):
+    """diag(X^T Y) without the product: the per-column dot products, shape (..., n)."""
+    return (X * Y).sum(-2)
+
+
+def oblique_solve(W: torch.Tensor, G: torch.Tensor, warm=None, steps: int = 1, rho: float | None = None,
+                  relax: float = 1.8, normalize: bool = True, certify_first: bool = False):
+    """The lean solve on Oblique weights (unit columns of the tall orientation; a wide W is transposed), in the
+    matrix itself rather than the Gram picture: (A, gap, Lambda, U, wide), float64, A tall and in unit-RMS G
+    units (as ``lean_solve``'s). ``warm``: (Lambda, U), the multiplier (n x n, diagonal) and the ADMM's scaled
+    multiplier (an m x n matrix, tall; None: 0) carried from the last step (the picture carries U's coefficients
+    instead, whose C-part the next momentum's C reinterprets; here the matrix itself is carried); None: the cold
+    start (the tangent projection of G). ``steps``, ``rho``, ``relax``, ``normalize`` and ``certify_first`` as in
+    ``inner_solvers.lean_solve`` (``steps`` ADMM iterations; with ``certify_first`` the certificate at the carried
+    multiplier first, its eigendecomposition shared by the first iteration, which then starts from U = 0).
+
+    Why not the Gram picture (``lean_solve``, which every other rectangular weight takes): the picture pays four
+    m x n products up front (W^T W, W^T G, C = G - W K0, C^T C) so that everything after them is n x n, which is
+    worth it where the multiplier is a full matrix (Stiefel, DGram: Z = G + 2 W Lambda is itself a product). On
+    Oblique it is diagonal (the constraint reads diag(W^T A) = 0), so in the matrix Z = G + 2 W Lambda is a column
+    scaling, the tangent projection X - W diag(gamma), gamma_i = <w_i, x_i> / ||w_i||^2, needs column dot products
+    only, and the retraction (each column divided by its norm) no product at all: the certificate takes three
+    m x n x n products (Z^T Z, Z Y and X^T X for the op-norm) and one n x n product (the factor Y), one float64
+    eigh and one float32 eigvalsh (the op-norm, with ``feasible``'s 1e-6 margin); an ADMM iteration two (the
+    shrink factor and Zp F) and one eigh, all shared with the certificate but Zp F under ``certify_first``. The
+    picture's step took six m x n products and about twenty n x n ones. And on a square weight the picture
+    divides by W: its coefficients solve (W^T W) K0 = W^T G, and a random square point of the Oblique manifold
+    has an ill-conditioned W^T W (3.5e8 in chapter 04's draw at n = 128, where the picture's certificate candidate at
+    a given multiplier was 12% from the same candidate by an SVD and outside the unit ball by 4e-6; this solve's
+    agreed with the SVD's to 1e-6). All in
+    float64 (the float32 entries of W and G are exact there). The gap is a certificate: the value <G, A> of a
+    feasible A (tangent, op-norm <= 1; one with <G, A> < 0 replaced by 0) against ||G + 2 W Lambda||_* (weak
+    duality)."""
+    wide = W.size(-2) < W.size(-1)
+    W64, G64 = (W.mT, G.mT) if wide else (W, G)
+    W64, G64 = W64.to(torch.float64), G64.to(torch.float64)
+    n = W64.size(-1)
+    rtol = 1e-7 if W.dtype == torch.float64 else 1e-6
+    rho = rho if rho is not None else n ** -0.5
+    if normalize:
+        G64 = G64 / rms(G64).clamp_min(torch.finfo(torch.float64).tiny)[..., None, None]
+    d = _column_dots(W64, W64)  # diag(W^T W): 1 to W's rounding
+    if warm is None:  # the tangent projection of G: Lambda_ii = -<w_i, g_i> / (2 d_i)
+        lam, U = -_column_dots(W64, G64) / (2 * d), None
+    else:
+        lam, U = torch.diagonal(warm[0], dim1=-2, dim2=-1).to(torch.float64), warm[1]
+        U = None if U is None else U.to(torch.float64)
+
+    def z_of(lam):
+        return G64 + 2 * W64 * lam.unsqueeze(-2)
+
+    def eig(Z):
+        return eig_sqrt(_sym(Z.mT @ Z))
+
+    def certify(lam, V_s=None):
+        Z = z_of(lam)
+        V, s = eig(Z) if V_s is None else V_s
+        X = Z @ factor(V, s, lambda s: inv_sqrt(s, rtol))
+        X = X - W64 * (_column_dots(W64, X) / d).unsqueeze(-2)  # its orthogonal tangent part
+        op = torch.linalg.eigvalsh(_sym(X.mT @ X).to(torch.float32))[..., -1].to(torch.float64)
+        A = X / (op.clamp_min(0).sqrt().clamp_min(1) * (1 + 1e-6))[..., None, None]
+        value = (G64 * A).sum((-2, -1))
+        keep = value >= 0  # an uphill candidate is worse than no step (``inner_solvers.feasible``)
+        return torch.where(keep[..., None, None], A, 0), value.clamp_min(0), s.sum(-1), (V, s)
+
+    def iterate(lam, U, k, V_s=None):
+        X = None
+        for _ in range(k):
+            Y = z_of(lam)
+            if X is not None and relax != 1.0:
+                Y = relax * Y + (1 - relax) * X
+            Zp = Y if U is None else Y + U / rho
+            V, s = eig(Zp) if V_s is None else V_s
+            V_s = None
+            X = Zp @ factor(V, s, shrink(rho))
+            Ur = Zp - X
+            lam = _column_dots(W64, X - G64 - Ur) / (2 * d)
+            U = rho * Ur
+        return lam, U
+
+    if certify_first and steps:
+        A, value, bound, V_s = certify(lam)
+        lam, U = iterate(lam, None, steps, V_s)
+    else:
+        lam, U = iterate(lam, U, steps)
+        A, value, bound, _ = certify(lam)
+    gap = (bound - value) / bound.clamp_min(torch.finfo(bound.dtype).tiny)
+    return A, gap, torch.diag_embed(lam), U, wide
+
+
+def oblique_step(W: torch.Tensor, G: torch.Tensor, lr: float, weight_decay: float = 0.0, warm=None, steps: int = 1,
+                 rho: float | None = None, relax: float = 1.8, normalize: bool = True, certify_first: bool = False):
+    """``oblique_solve``, then the retraction of (1 - lr wd) W - lr A (each column of the tall orientation divided by
+    its norm: exact, no product): (W+, gap, violation, Lambda, U), violation the RMS of P(W^T A + A^T W), U tall
+    (None where nothing is carried: ``certify_first`` and ``steps=0`` start the next step's iterations from 0)."""
+    A, gap, Lambda, U, wide = oblique_solve(W, G, warm, steps, rho, relax, normalize, certify_first)
+    W64 = (W.mT if wide else W).to(torch.float64)
+    violation = 2 * torch.linalg.vector_norm(_column_dots(W64, A), dim=-1) / W64.size(-1)
+    W_new = GramOblique()._retract_tall((1 - lr * weight_decay) * W64 - lr * A).to(W.dtype)
+    return (W_new.mT if wide else W_new), gap, violation, Lambda, (None if certify_first and steps else U)
+
+
 class ManifoldMuon(MatrixOptimizer):
     """Manifold Muon on a Gram-space manifold: ``manifold`` = "stiefel", "dgram", "gram_oblique" or an instance.
 
@@ -270,8 +376,9 @@ class ManifoldMuon(MatrixOptimizer):
         warm_start: start each solve from the previous step's multipliers (default: True for gram_admm and
             exact; for lean False on Stiefel, True on DGram and Oblique).
         certify_first: lean only: certify the carried multiplier first, then iterate for the next step, the
-            two sharing one eigendecomposition (``inner_solvers.lean_solve``; default True on Oblique, False
-            elsewhere and where warm_start is False or inner_steps 0; given True there, it is refused).
+            two sharing one eigendecomposition (``inner_solvers.lean_solve``, ``oblique_solve``; default False,
+            True on Oblique from 2026-12-03 to 2026-12-04; given True where warm_start is False or inner_steps 0,
+            it is refused).
         tracker: lean only: how the multiplier is carried from step to step, "admm" (``inner_steps`` ADMM
             iterations), "newton" (one damped Newton step on the dual with ``inner_steps`` preconditioned
             conjugate-gradient steps, ``inner_solvers.newton_track``) or "auto" (the default: "newton" on
@@ -382,10 +489,7 @@ class ManifoldMuon(MatrixOptimizer):
         if group["inner"] not in ("gram_admm", "exact"):
             return super().update(W, G, group, states, shape)
         M = group["manifold"]
-        warm = None
-        if group["warm_start"] and all("Lambda" in s for s in states):
-            warm = (torch.stack([s["Lambda"] for s in states]),
-                    Span(torch.stack([s["U_a"] for s in states]), torch.stack([s["U_b"] for s in states])))
+        warm = self._warm(group, states)
         if group["inner"] == "exact":
             sol = exact_solve(W, G, M.gram_projector, warm=warm, tol=group["tol"], admm_steps=group["inner_steps"])
         else:
@@ -395,9 +499,10 @@ class ManifoldMuon(MatrixOptimizer):
         return fused_retract(M, sol, group["lr"], group["weight_decay"], W.dtype)
 
     def _lean_update(self, W, G, group, states):
-        """The lean default: square Stiefel in closed form (``square_stiefel_step``); elsewhere ``lean_solve``
-        (``inner_steps`` ADMM iterations, from the last step's multiplier where ``warm_start``, else from the
-        tangent projection; the defaults by manifold, ``lean_defaults``) and ``lean_retract``. No host
+        """The lean default: square Stiefel in closed form (``square_stiefel_step``); square Oblique (tracked by ADMM,
+        the default there) in the matrix itself (``oblique_step``); elsewhere in the Gram picture
+        (``_picture_update``: ``lean_solve`` from the last step's multiplier where ``warm_start``, else from the
+        tangent projection, the defaults by manifold, ``lean_defaults``; then ``lean_retract``). No host
         synchronisation: diagnostics stay tensors, the retraction's guard is read once per step by ``step``."""
         M, lr, wd = group["manifold"], group["lr"], group["weight_decay"]
         if isinstance(M, Stiefel) and W.size(-2) == W.size(-1):
@@ -406,10 +511,15 @@ class ManifoldMuon(MatrixOptimizer):
                 s["tangent_violation"], s["duality_gap"] = violation[i], gap[i]
                 s["inner_iterations"] = torch.zeros((), dtype=torch.long, device=W.device)
             return W_new
-        warm = None
-        if group["warm_start"] and all("Lambda" in s for s in states):
-            warm = (torch.stack([s["Lambda"] for s in states]),
-                    Span(torch.stack([s["U_a"] for s in states]), torch.stack([s["U_b"] for s in states])))
+        if isinstance(M, GramOblique) and resolve_tracker(M, group["tracker"], W.shape) == "admm":
+            return self._oblique_update(W, G, group, states)
+        return self._picture_update(W, G, group, states)
+
+    def _picture_update(self, W, G, group, states):
+        """The lean step in the Gram picture (``lean_solve``, ``lean_retract``): Stiefel (but square) and DGram
+        weights, and Oblique ones given ``tracker="newton"``."""
+        M, lr, wd = group["manifold"], group["lr"], group["weight_decay"]
+        warm = self._warm(group, states)
         damping = None
         if warm is not None and all("newton_t" in s for s in states):
             damping = torch.stack([s["newton_t"] for s in states])
@@ -421,10 +531,45 @@ class ManifoldMuon(MatrixOptimizer):
             s["tangent_violation"], s["duality_gap"], s["inner_iterations"] = violation[i], sol.gap[i], sol.iterations[i]
             if group["warm_start"]:
                 s["Lambda"], s["U_a"], s["U_b"] = sol.Lambda[i], sol.U.a[i], sol.U.b[i]
+                if "U" in s:  # left by the Oblique matrix solve (``_oblique_update``)
+                    s["U"] = None
             if sol.damping is not None:
                 s["newton_t"] = sol.damping[i]
         W_new, landed, fix = lean_retract(M, sol, lr, wd, W.dtype)
         self.guard(landed, fix)
+        return W_new
+
+    @staticmethod
+    def _warm(group, states):
+        """(Lambda, U as a Span) from the last step's state where ``warm_start`` and every state has a multiplier,
+        else None; U is 0 where the last step did not keep it in the picture (``_oblique_update``)."""
+        if not (group["warm_start"] and all("Lambda" in s for s in states)):
+            return None
+        Lambda = torch.stack([s["Lambda"] for s in states])
+        if all(s.get("U_a") is not None for s in states):
+            return Lambda, Span(torch.stack([s["U_a"] for s in states]), torch.stack([s["U_b"] for s in states]))
+        return Lambda, Span(torch.zeros_like(Lambda), torch.zeros_like(Lambda))
+
+    @staticmethod
+    def _oblique_update(W, G, group, states):
+        """The lean step on Oblique weights (``oblique_step``): the multiplier kept as "Lambda" (n x n, as the
+        Gram picture keeps it), the ADMM's scaled multiplier as the tall m x n matrix "U" where the next step
+        starts from it (``certify_first=False``; the picture keeps its coefficients "U_a", "U_b" instead, and each
+        path empties the other's, so that either can resume from the other's multiplier with U = 0)."""
+        warm = None
+        if group["warm_start"] and all("Lambda" in s for s in states):
+            U = (torch.stack([s["U"] for s in states]) if all(s.get("U") is not None for s in states) else None)
+            warm = (torch.stack([s["Lambda"] for s in states]), U)
+        W_new, gap, violation, Lambda, U = oblique_step(
+            W, G, group["lr"], group["weight_decay"], warm=warm, steps=group["inner_steps"], rho=group["rho"],
+            normalize=group["normalize"], certify_first=group["certify_first"])
+        for i, s in enumerate(states):
+            s["tangent_violation"], s["duality_gap"] = violation[i], gap[i]
+            s["inner_iterations"] = torch.full((), group["inner_steps"], dtype=torch.long, device=W.device)
+            if group["warm_start"]:
+                s["Lambda"], s["U"] = Lambda[i], (None if U is None else U[i])
+                if "U_a" in s:
+                    s["U_a"] = s["U_b"] = None
         return W_new
 
     @staticmethod
@@ -433,6 +578,8 @@ class ManifoldMuon(MatrixOptimizer):
             s["tangent_violation"], s["duality_gap"], s["inner_iterations"] = violation[i], sol.gap[i], sol.iterations[i]
             if group["warm_start"]:
                 s["Lambda"], s["U_a"], s["U_b"] = sol.Lambda[i].clone(), sol.U.a[i].clone(), sol.U.b[i].clone()
+                if "U" in s:  # left by the Oblique matrix solve (``_oblique_update``)
+                    s["U"] = None
 
     # ------------------------------------------------------------------ dual ascent / ADMM on m x n matrices
 

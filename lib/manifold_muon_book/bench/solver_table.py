@@ -21,11 +21,14 @@ the reference exists, the lean variants (``lean_tracked``, one ADMM iteration a 
 multiplier; ``lean3``, three; ``lean_cold``, none and no warm start: the tangent projection's msign, scaled into
 the unit ball; ``lean``, the library's default) are also run along a longer stream of ``steady`` momenta (64 in the full table) and ``e_W_steady_lr0.02`` is
 measured at its last momentum against a second certified reference, next to Muon's own e_W on that momentum
-(``muon_e_W_steady_lr0.02``). ``lean`` is the library's lean default: since 2026-12-03 ``lean_cold`` on
-Stiefel (``manifold_muon.optim.lean_defaults``), ``lean_tracked`` on DGram and, on Oblique, ``lean_tracked`` in the
-other order (``certify_first``: the certificate at the carried multiplier, then the iteration, the two sharing one
-eigendecomposition; since the second stop of 2026-12-03, and ``lean_tracked``, ``lean3`` and ``lean_cold`` pin
-``certify_first=False``); before, it was ``lean_tracked`` everywhere. That stream is ``momenta.rotating_stream``: the same spectrum at every step, its
+(``muon_e_W_steady_lr0.02``). ``lean`` is the library's lean default: since 2026-12-03 ``lean_cold`` on Stiefel
+(``manifold_muon.optim.lean_defaults``); on DGram ``lean_tracked`` until 2026-12-04, then the Newton tracker on
+rectangular weights; on Oblique ``lean_tracked`` in the other order (``certify_first``: the certificate at the
+carried multiplier, then the iteration, the two sharing one eigendecomposition) from the second stop of 2026-12-03
+to 2026-12-04, and since then ``lean_tracked`` again, solved in the matrix itself (``oblique_step``, which carries
+ADMM's U as a matrix); before, it was ``lean_tracked`` everywhere. Two comparisons are run only when named and are
+left out of the merged table (``COMPARISONS``): ``lean_first``, one tracked iteration certified first, and
+``lean_picture``, ``lean`` with Oblique weights in the Gram picture, as the library took them before 2026-12-04. That stream is ``momenta.rotating_stream``: the same spectrum at every step, its
 singular vectors turning so that consecutive momenta correlate 0.95. (A first version continued the chain of
 ``correlated`` mixtures above, whose spectrum flattens step by step: Muon's own e_W on its 48th momentum at
 768 x 2304 was 0.39% against 1.04% on its 6th, so "settled" there measured another spectrum, not a settled
@@ -65,8 +68,26 @@ VARIANTS = {"lean": dict(inner="lean"),
             "lean3": dict(inner="lean", tracker="admm", inner_steps=3, warm_start=True, certify_first=False),
             "lean_cold": dict(inner="lean", tracker="admm", inner_steps=0, warm_start=False, certify_first=False),
             "lean_newton": dict(inner="lean", tracker="newton", inner_steps=1, warm_start=True, certify_first=False),
+            "lean_first": dict(inner="lean", tracker="admm", inner_steps=1, warm_start=True, certify_first=True),  # *
             "gram_admm": dict(inner="gram_admm"),
             "exact": dict(inner="exact"), "post": dict(inner="post")}
+
+
+class _PictureLean(ManifoldMuon):
+    """The lean step with Oblique weights in the Gram picture, as before 2026-12-04 (``lean_picture``): the
+    benchmark's same-run comparison with the matrix solve, not a setting of the library."""
+
+    def _oblique_update(self, W, G, group, states):
+        return self._picture_update(W, G, group, states)
+
+
+# variants run by another optimizer class than ManifoldMuon (the same keyword arguments otherwise)
+OPTIMIZERS = {"lean_picture": _PictureLean}
+VARIANTS["lean_picture"] = dict(inner="lean")
+# comparisons (* above): run only when asked for by name, on the weights where they differ, and read from their
+# part's file (chapter 04); ``merge`` leaves them out of the table
+COMPARISONS = ("lean_first", "lean_picture")
+TABLE_VARIANTS = tuple(v for v in VARIANTS if v not in COMPARISONS)
 LRS = (0.02, 0.1)
 STEADY = 64  # the stream length at which the tracked (lean) solves' steady-state e_W is measured
 REF_TOL = 1e-7  # the reference's certified relative gap (asked); e_W is reported only where it reaches 1e-5
@@ -144,7 +165,7 @@ def reference(M, Wd, G, lr_grads):
 
 
 def measure(shape, manifold: str, repeats: int, warmup: int, ref_max_n: int, seed: int = 0,
-            variants=tuple(VARIANTS), square_ref_max_n: int = 128, steady: int = 0) -> list[dict]:
+            variants=TABLE_VARIANTS, square_ref_max_n: int = 128, steady: int = 0) -> list[dict]:
     M = get_manifold(manifold)
     g = torch.Generator().manual_seed(seed + 1)
     W0 = M.random_point(shape, generator=g).to(device())
@@ -165,7 +186,8 @@ def measure(shape, manifold: str, repeats: int, warmup: int, ref_max_n: int, see
     rows = []
     for variant in variants:
         kw = VARIANTS[variant]
-        t, W_new, gaps, ops = walk(lambda p: ManifoldMuon(p, momentum=0.0, nesterov=False, manifold=manifold, **kw),
+        opt = OPTIMIZERS.get(variant, ManifoldMuon)
+        t, W_new, gaps, ops = walk(lambda p: opt(p, momentum=0.0, nesterov=False, manifold=manifold, **kw),
                                    W0, grads, LRS, repeats)
         row = dict(shape=list(shape), manifold=manifold, variant=variant, seconds=t, muon_fp32_s=t_muon,
                    ratio=t / t_muon, ops=ops, muon_ops=muon_ops, gap=gaps[LRS[0]])
@@ -175,7 +197,7 @@ def measure(shape, manifold: str, repeats: int, warmup: int, ref_max_n: int, see
                 row[f"e_W_lr{lr}"] = float((W_new[lr].double().cpu() - W_star[lr]).norm() / W_star[lr].norm())
                 row[f"muon_e_W_lr{lr}"] = muon_e_W[lr]
         if steady_ref is not None and kw["inner"] == "lean":  # the tracked solve, settled: a long stationary stream
-            _, W_s, _, _ = walk(lambda p: ManifoldMuon(p, momentum=0.0, nesterov=False, manifold=manifold, **kw),
+            _, W_s, _, _ = walk(lambda p: opt(p, momentum=0.0, nesterov=False, manifold=manifold, **kw),
                                 W0, long, LRS[:1], 1)
             W_star, muon_e_W, _ = steady_ref
             lr = LRS[0]
@@ -201,7 +223,7 @@ def measure(shape, manifold: str, repeats: int, warmup: int, ref_max_n: int, see
 
 def main(out_dir: Path, quick: bool = False, ref_max_n: int = 768, exact_max_n: int = 128,
          fail_on_miss: bool | None = None, shapes=None, name: str = "solver_table", repeats: int | None = None,
-         warmup: int | None = None, steady: int | None = None, variants=tuple(VARIANTS),
+         warmup: int | None = None, steady: int | None = None, variants=TABLE_VARIANTS,
          manifolds=MANIFOLDS) -> dict:
     """``exact_max_n``: the exact variant is timed only where the short side is at most this (at GPT-2 small's
     shapes one exact step takes minutes on one CPU thread; its accuracy is the reference's). ``ref_max_n``:
@@ -255,15 +277,15 @@ def main(out_dir: Path, quick: bool = False, ref_max_n: int = 768, exact_max_n: 
 def merge(out_dir: Path, parts, name: str = "solver_table") -> dict:
     """One table from parts written by ``main(..., name=part)``: rows concatenated, where a later part has a row of
     the same (shape, manifold, variant) it replaces the earlier one (e.g. the lean variants re-measured alone at
-    GPT-2 small's shapes); the misses are those of the rows kept. Each part's parameters and provenance are kept
-    under ``parts``."""
+    GPT-2 small's shapes); the misses are those of the rows kept. Rows of the ``COMPARISONS`` stay in their parts.
+    Each part's parameters and provenance are kept under ``parts``."""
     import json
 
     loaded = [json.loads((Path(out_dir) / f"{p}.json").read_text()) for p in parts]
     key = lambda r: (tuple(r["shape"]), r["manifold"], r["variant"])  # noqa: E731
     rows = {}
     for t in loaded:
-        rows.update({key(r): r for r in t["rows"]})
+        rows.update({key(r): r for r in t["rows"] if r["variant"] not in COMPARISONS})
     rows = list(rows.values())
     misses = [f"{tuple(r['shape'])} {r['manifold']}: " + "; ".join(r["misses"]) for r in rows if r.get("misses")]
     payload = dict(rows=rows, misses=misses,
