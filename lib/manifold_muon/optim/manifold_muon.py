@@ -281,14 +281,15 @@ def oblique_solve(W: torch.Tensor, G: torch.Tensor, warm=None, steps: int = 1, r
     Oblique it is diagonal (the constraint reads diag(W^T A) = 0), so in the matrix Z = G + 2 W Lambda is a column
     scaling, the tangent projection X - W diag(gamma), gamma_i = <w_i, x_i> / ||w_i||^2, needs column dot products
     only, and the retraction (each column divided by its norm) no product at all: the certificate takes three
-    m x n x n products (Z^T Z, Z Y and X^T X for the op-norm) and one n x n product (the factor Y), one float64
-    eigh and one float32 eigvalsh (the op-norm, with ``feasible``'s 1e-6 margin); an ADMM iteration two (the
-    shrink factor and Zp F) and one eigh, all shared with the certificate but Zp F under ``certify_first``. The
+    m x n x n products (Z^T Z, Z Y and X^T X for the op-norm), one n x n product (the factor Y), one float64
+    eigh and one float32 eigvalsh (the op-norm, with ``feasible``'s 1e-6 margin); an ADMM iteration two m x n x n
+    products (Zp^T Zp, Zp F), one n x n (the shrink factor) and one eigh, its Zp^T Zp and eigh those of the
+    certificate under ``certify_first``: five m x n x n products a step by default, four certified first. The
     picture's step took six m x n products and about twenty n x n ones. And on a square weight the picture
     divides by W: its coefficients solve (W^T W) K0 = W^T G, and a random square point of the Oblique manifold
     has an ill-conditioned W^T W (3.5e8 in chapter 04's draw at n = 128, where the picture's certificate candidate at
-    a given multiplier was 12% from the same candidate by an SVD and outside the unit ball by 4e-6; this solve's
-    agreed with the SVD's to 1e-6). All in
+    a given multiplier was 12% from the same candidate by an SVD and outside the unit ball by a few 1e-6; this solve's
+    agreed with the SVD's to within 1e-5). All in
     float64 (the float32 entries of W and G are exact there). The gap is a certificate: the value <G, A> of a
     feasible A (tangent, op-norm <= 1; one with <G, A> < 0 replaced by 0) against ||G + 2 W Lambda||_* (weak
     duality)."""
@@ -499,8 +500,8 @@ class ManifoldMuon(MatrixOptimizer):
         return fused_retract(M, sol, group["lr"], group["weight_decay"], W.dtype)
 
     def _lean_update(self, W, G, group, states):
-        """The lean default: square Stiefel in closed form (``square_stiefel_step``); square Oblique (tracked by ADMM,
-        the default there) in the matrix itself (``oblique_step``); elsewhere in the Gram picture
+        """The lean default: square Stiefel in closed form (``square_stiefel_step``); Oblique (tracked by ADMM, the
+        default there) in the matrix itself (``oblique_step``); elsewhere in the Gram picture
         (``_picture_update``: ``lean_solve`` from the last step's multiplier where ``warm_start``, else from the
         tangent projection, the defaults by manifold, ``lean_defaults``; then ``lean_retract``). No host
         synchronisation: diagnostics stay tensors, the retraction's guard is read once per step by ``step``."""

@@ -28,8 +28,9 @@ carried multiplier, then the iteration, the two sharing one eigendecomposition) 
 to 2026-12-04, and since then ``lean_tracked`` again, solved in the matrix itself (``oblique_step``, which carries
 ADMM's U as a matrix); before, it was ``lean_tracked`` everywhere. Two comparisons are run only when named and are
 left out of the merged table (``COMPARISONS``): ``lean_first``, one tracked iteration certified first, and
-``lean_picture``, ``lean`` with Oblique weights in the Gram picture, as the library took them before 2026-12-04. That stream is ``momenta.rotating_stream``: the same spectrum at every step, its
-singular vectors turning so that consecutive momenta correlate 0.95. (A first version continued the chain of
+``lean_picture``, ``lean`` with Oblique weights in the Gram picture, as the library took them before 2026-12-04.
+That stream is ``momenta.rotating_stream``: the same spectrum at every step, its singular vectors turning so that
+consecutive momenta correlate 0.95. (A first version continued the chain of
 ``correlated`` mixtures above, whose spectrum flattens step by step: Muon's own e_W on its 48th momentum at
 768 x 2304 was 0.39% against 1.04% on its 6th, so "settled" there measured another spectrum, not a settled
 solver. Not used.)
