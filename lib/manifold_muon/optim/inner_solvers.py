@@ -618,7 +618,7 @@ def lean_solve(W, G, P, warm=None, steps=1, rho=None, relax=1.8, normalize=True,
     on Oblique at the CPU presets' rectangular widths more accurate than the default order, at GPT-2 small's
     rectangular shapes a little less, on square Oblique and on DGram less. The default order's U is carried by
     its coefficients, whose C-part the next momentum's C reinterprets; Oblique's lean step, which carries U as a
-    matrix (``manifold_muon.optim.oblique_solve``), settles closer in the default order on every shape. With
+    matrix (``manifold_muon.optim.manifold_muon.oblique_solve``), settles closer in the default order on every shape. With
     ``steps`` > 1 the iterations are one ``admm_gram`` call (the first shares the certificate's
     eigendecomposition; the later ones are over-relaxed, as in any call).
 
