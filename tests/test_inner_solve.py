@@ -206,7 +206,13 @@ def test_state_records_and_warm_start_round_trips_state_dict(shape):
     opt = ManifoldMuon([{"params": [a], "manifold": "dgram"}], lr=0.05, inner_steps=4, tol=1e-6, inner="gram_admm")
     run(opt, [a], grads[:3])
     st = opt.state[a]
-    assert {"Lambda", "U_a", "U_b", "duality_gap", "tangent_violation", "inner_iterations"} <= set(st)
+    assert {"Lambda", "duality_gap", "tangent_violation", "inner_iterations"} <= set(st)
+    # ADMM's U: the tall m x n matrix on a rectangular weight, its coefficient U_a (U = W U_a) on a square one
+    n, m = min(shape), max(shape)
+    if m == n:
+        assert st["U_a"].shape == (n, n) and "U" not in st and "U_b" not in st
+    else:
+        assert st["U"].shape == (m, n) and "U_a" not in st and "U_b" not in st
     saved = copy.deepcopy(opt.state_dict())
     a2 = torch.nn.Parameter(a.detach().clone())
     run(opt, [a], grads[3:])
@@ -305,3 +311,88 @@ def test_load_state_dict_keeps_each_state_tensors_dtype(dtype):
     opt2 = ManifoldMuon([{"params": [b], "manifold": "stiefel"}], lr=0.05)
     opt2.load_state_dict(saved)
     assert {k: v.dtype for k, v in opt2.state[b].items() if torch.is_tensor(v)} == dtypes
+
+
+@pytest.mark.parametrize("name", NAMES)
+@pytest.mark.parametrize("shape", [(12, 5), (6, 6), (30, 8)])
+@pytest.mark.parametrize("rank", [None, 2])
+def test_span_of_reads_a_matrix_in_the_picture(name, shape, rank):
+    """``span_of`` expresses an m x n matrix in a picture's coefficients: a matrix of the picture's span comes back
+    exactly (float64; on a rank-deficient C, a rank-2 gradient, its C-part as a matrix), a matrix outside the span
+    comes back as its least-squares projection (the rest orthogonal to W and C), and on a square W nothing is
+    read into b. It is what carries ADMM's U from one step's picture to the next (``ManifoldMuon._carry``)."""
+    from manifold_muon.optim.inner_solvers import span_of
+
+    M, W, G = problem(name, shape, 21)
+    if rank is not None:
+        G = G[:, :rank] @ torch.randn(rank, shape[1], generator=torch.Generator().manual_seed(3), dtype=G.dtype)
+    pic = gram_picture(W, G, M.gram_projector)
+    g = torch.Generator().manual_seed(4)
+    n = shape[1]
+    X = Span(torch.randn(n, n, generator=g, dtype=W.dtype), torch.randn(n, n, generator=g, dtype=W.dtype))
+    Xm = X.matrix(pic)
+    Y = span_of(pic, Xm)
+    assert float((Y.matrix(pic) - Xm).abs().max()) <= 1e-9 * float(Xm.abs().max())   # in the span: exactly
+    assert float((Y.a - X.a).abs().max()) <= 1e-9 * float(X.a.abs().max())             # W's coefficient itself
+    if shape[0] == shape[1]:
+        assert torch.equal(Y.b, torch.zeros_like(Y.b))
+    E = torch.randn(shape, generator=g, dtype=W.dtype)
+    Z = span_of(pic, Xm + E)
+    rest = Xm + E - Z.matrix(pic)  # least squares: the residual is orthogonal to W and C
+    assert float((W.mT @ rest).abs().max()) <= 1e-9 * float(E.abs().max()) * shape[0]
+    assert float((pic.C.mT @ rest).abs().max()) <= 1e-6 * float(E.abs().max()) * shape[0] * (1 + float(pic.C.abs().max()))
+
+
+@pytest.mark.parametrize("name", NAMES)
+@pytest.mark.parametrize("shape", [(12, 5), (5, 12), (6, 6)])
+def test_the_warm_start_carries_U_as_the_matrix(name, shape):
+    """``gram_admm`` keeps ADMM's U as the tall m x n matrix on a rectangular weight (its coefficient U_a on a square
+    one), and that is the solve's own U; the next step starts from it, read in its own picture: the same solve as
+    ``gram_solve`` given (Lambda, U as a matrix), which is not the solve given the old coefficients (the next
+    momentum's C is another matrix)."""
+    M, W, G = problem(name, shape, 22, torch.float32)
+    g = torch.Generator().manual_seed(6)
+    a = torch.nn.Parameter(W.clone())
+    opt = ManifoldMuon([a], lr=0.0, momentum=0.0, nesterov=False, manifold=name, inner_steps=4, tol=1e-9)
+    a.grad = G.clone()
+    opt.step()
+    st = opt.state[a]
+    sol = gram_solve(W, G, M.gram_projector, steps=4, tol=1e-9)
+    if shape[0] == shape[1]:
+        assert set(st) >= {"Lambda", "U_a"} and "U" not in st and "U_b" not in st
+        assert torch.allclose(st["U_a"], sol.U.a, rtol=1e-5, atol=1e-6)
+    else:
+        assert "U_a" not in st and "U_b" not in st
+        assert st["U"].shape == (max(shape), min(shape))  # tall
+        assert torch.allclose(st["U"], sol.U.matrix(sol.picture), rtol=1e-5, atol=1e-6)  # (a batch of one)
+    warm = (st["Lambda"].clone(), st["U"].clone() if "U" in st else Span(st["U_a"].clone(), torch.zeros_like(st["U_a"])))
+    G2 = G + 0.05 * torch.randn(shape, generator=g)  # the next momentum, close to the last
+    a.grad = G2.clone()
+    opt.step()
+    again = gram_solve(W, G2, M.gram_projector, steps=4, tol=1e-9, warm=warm)
+    assert torch.allclose(opt.state[a]["Lambda"], again.Lambda, rtol=1e-5, atol=1e-6)
+    if shape[0] != shape[1]:  # the old coefficients would have started another solve
+        old = gram_solve(W, G2, M.gram_projector, steps=4, tol=1e-9, warm=(sol.Lambda, sol.U))
+        assert float((old.Lambda - again.Lambda).abs().max()) > 1e-3 * float(again.Lambda.abs().max())
+
+
+def test_a_state_saved_with_U_coefficients_still_resumes():
+    """A state saved before 2026-12-04 keeps U by its coefficients ("U_a", "U_b") on every weight: it loads, the
+    next step starts from (Lambda, W U_a + C U_b read against the new C), as it did then, and keeps the matrix."""
+    M, W, G = problem("dgram", (12, 5), 23, torch.float32)
+    a = torch.nn.Parameter(W.clone())
+    opt = ManifoldMuon([a], lr=0.02, momentum=0.0, nesterov=False, manifold="dgram", inner_steps=4)
+    a.grad = G.clone()
+    opt.step()
+    saved = copy.deepcopy(opt.state_dict())
+    state = saved["state"][0]
+    sol = gram_solve(W, G, M.gram_projector, steps=4)
+    del state["U"]
+    state["U_a"], state["U_b"] = sol.U.a.float(), sol.U.b.float()
+    b = torch.nn.Parameter(a.detach().clone())
+    opt2 = ManifoldMuon([b], lr=0.02, momentum=0.0, nesterov=False, manifold="dgram", inner_steps=4)
+    opt2.load_state_dict(saved)
+    b.grad = G.flip(0).clone()
+    opt2.step()
+    assert opt2.state[b]["U"].shape == (12, 5) and "U_a" not in opt2.state[b] and "U_b" not in opt2.state[b]
+    assert float(M.residual(b.detach())) < 1e-5

@@ -31,7 +31,9 @@ at their iteration caps) and ``dual_ascent_scaling`` (per size the post's dual a
   ``POLAR_POLISH_STEPS`` cubic steps); ``gram_admm`` float64 Gram blocks (8 m n^2), inner_steps ADMM
   iterations at the cap (most non-square solves in training reach it: bench/optimizer_step.py), each one
   n x n eigh and ~``GRAM_ITER_N3`` n^3 of n x n products, plus its certificates (one eigh and two eigvalsh
-  each, one every 4 iterations and at the two starts, a polished one at the cap) and the retraction's eigh;
+  each, one every 4 iterations and at the two starts, a polished one at the cap) and the retraction's eigh, and on
+  rectangular weights with ``warm_start`` four m n^2 float32 products that carry ADMM's U as a matrix (the lean
+  ADMM tracker in the Gram picture too);
   square Stiefel in closed form (one certificate); ``lean`` an eigh per iteration and the certificate's (one
   fewer with ``certify_first``; on Oblique in the matrix, ``oblique_step``: 6 m n^2 of float64 products for the
   certificate and 4 m n^2 an iteration; with ``tracker="newton"`` two, the default on DGram, its conjugate-gradient steps
@@ -397,6 +399,8 @@ def matrix_step(opt, group: dict, shape) -> Cost:
                 else:
                     shared = 1 if group.get("certify_first") and steps else 0  # certify_first: one eigh serves both
                     c.dec("eigh", small, small, steps + 1 - shared)             # an eigh per iteration, the certificate's
+                    if group.get("warm_start") and m != n:  # U carried as the matrix: W U_a + C U_b, W^T U, C^T U
+                        c.mm(8 * big * small * small, small, "float32")
                 c.dec("eigvalsh", small, small)
                 c.mm(2 * LEAN_N3 * small ** 3, small, "float64")
                 c.mm(10 * big * small * small, small, "float32")
@@ -404,6 +408,8 @@ def matrix_step(opt, group: dict, shape) -> Cost:
         else:  # gram_admm (and exact: its ADMM stage at the cap, the Newton stage not counted)
             c.mm(8 * big * small * small, small, "float64")             # the Gram blocks D, W^T G, C, R
             c.mm(4 * big * small * small, small, "float32")             # the final W a + C b
+            if group.get("warm_start") and m != n:  # U carried as the m x n matrix (W U_a + C U_b; W^T U, C^T U)
+                c.mm(8 * big * small * small, small, "float32")
             if square_stiefel:                                          # closed form: one certificate
                 c.dec("eigh", n, n, 2)
                 c.dec("eigvalsh", n, n, 1)

@@ -305,5 +305,6 @@ class MatrixOptimizer(torch.optim.Optimizer):
         for p, state, w, ok, stay in zip(params, states, W_new, finite, keep):
             old = self.state[p].get("momentum_buffer") if p in self.state else None  # a skipped one keeps its momentum
             state["momentum_buffer"] = torch.where(ok, state["momentum_buffer"], 0 if old is None else old)
+            self.state[p].clear()  # the batch's copy is the whole new state: a key the update removed goes too
             self.state[p].update(state)
             p.copy_(torch.where(stay, p, w.reshape(p.shape).to(p.dtype)))

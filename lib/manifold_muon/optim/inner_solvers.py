@@ -36,7 +36,7 @@ from ..manifolds.gram import gram_multiplier
 from ..msign import msign
 
 __all__ = ["dual_ascent", "admm", "svt", "exact_solution", "tangent_init", "rms", "GramPicture", "Span",
-           "gram_picture", "certificate", "admm_gram", "GramSolve", "gram_solve"]
+           "gram_picture", "certificate", "admm_gram", "GramSolve", "gram_solve", "span_of"]
 
 
 def rms(X: torch.Tensor) -> torch.Tensor:
@@ -312,6 +312,35 @@ def gram_picture(W, G, P, dtype=torch.float64, products=torch.float64, diagonal:
     return GramPicture(W, C.to(W.dtype), D.to(dtype), K0.to(dtype), R.to(dtype), P, diagonal)  # (no copy in float32)
 
 
+def span_of(pic: GramPicture, U: torch.Tensor) -> Span:
+    """The coefficients (a, b) of the tall m x n matrix ``U``'s part in span(W, C): a = D^{-1} W^T U and
+    b = R^+ C^T U (W^T C = 0, so the two parts are orthogonal and each is a least-squares fit). Two m x n
+    products in W's precision; D's solve is a row scaling where the picture takes D as diagonal (a Cholesky
+    solve elsewhere), R's a Cholesky solve with a ridge of eps max diag(R) (eps: W's, or 4 n float64 eps where that is
+    larger, R's own rounding), which damps only the directions of C whose singular values are below sqrt(eps) of
+    its largest (rounding there: C^T U is a product in W's precision). Why: a warm start (Lambda, U) is carried from one optimizer step to the next, where W and G,
+    hence C, have moved; U's coefficients in the last picture describe another matrix in this one (``U.b``
+    multiplies the new C), so the m x n matrix is carried and expressed in each step's picture."""
+    dt = pic.D.dtype
+    Ut = U.to(pic.W.dtype)
+    WtU = (pic.W.mT @ Ut).to(dt)
+    if pic.diagonal:
+        d = torch.diagonal(pic.D, dim1=-2, dim2=-1).unsqueeze(-1)
+        a = WtU / torch.where(d > 0, d, 1)
+    else:
+        a = torch.linalg.solve(pic.D.to(torch.float64), WtU.to(torch.float64)).to(dt)
+    if pic.W.size(-2) == pic.W.size(-1):  # square: C = 0, nothing reads b
+        return Span(a, torch.zeros_like(a))
+    R = pic.R.to(torch.float64)
+    # the ridge: C^T U's rounding (a product in W's precision) or R's own (a float64 Gram matrix of n columns,
+    # whose null directions round to +-n eps), whichever is larger
+    rel = max(torch.finfo(pic.W.dtype).eps, 4 * R.size(-1) * torch.finfo(torch.float64).eps)
+    ridge = rel * torch.diagonal(R, dim1=-2, dim2=-1).amax(-1).clamp_min(1e-30)
+    L = torch.linalg.cholesky(R + ridge[..., None, None] * torch.eye(R.size(-1), dtype=R.dtype, device=R.device))
+    b = torch.cholesky_solve((pic.C.mT @ Ut.to(pic.C.dtype)).to(torch.float64), L).to(dt)
+    return Span(a, b)
+
+
 def wt(pic: GramPicture, X: Span):
     """W^T X."""
     return pic.dmul(X.a)
@@ -522,7 +551,9 @@ def gram_solve(W, G, P, steps=16, tol=1e-3, rho=None, warm=None, check_every=4, 
     """The default inner solve: Gram-space ADMM (over-relaxed, ``relax``; see ``admm_gram``) with a certificate stop.
 
     Starts from the better certified of two points: cold, the tangent projection (``tangent_init``,
-    U = 0), and ``warm`` = (Lambda, U), a previous solve's (e.g. the previous optimizer step's), if given.
+    U = 0), and ``warm`` = (Lambda, U), a previous solve's (e.g. the previous optimizer step's), if given; U as
+    the tall m x n matrix (``span_of`` reads it in this picture: what the optimizer carries) or as a ``Span`` of
+    this picture's W and C.
     The warm start is certified first (on a square W the cold one, exact on square Stiefel) and the other
     only where the first is not within ``tol``. Where the gradient changes slowly (a fixed one, say) the
     warm start is within it and the whole solve is one certificate (one eigh, one eigvalsh); in training
@@ -559,7 +590,7 @@ def gram_solve(W, G, P, steps=16, tol=1e-3, rho=None, warm=None, check_every=4, 
     starts = [cold]
     if warm is not None:  # the warm start first (one certificate when it holds); on a square W the cold
         # start first (it is exact on square Stiefel: the closed form)
-        warm = (warm[0].to(dtype), Span(warm[1].a.to(dtype), warm[1].b.to(dtype)))
+        warm = (warm[0].to(dtype), _warm_span(pic, warm[1]))
         starts = [cold, warm] if Wt.size(-2) == Wt.size(-1) else [warm, cold]
     gap = None
     for Lambda_s, U_s in starts:  # keep the better certified start, per matrix; stop once all are within tol
@@ -587,6 +618,15 @@ def gram_solve(W, G, P, steps=16, tol=1e-3, rho=None, warm=None, check_every=4, 
     return GramSolve(A, pic, Lambda, U, gap, iterations, wide)
 
 
+def _warm_span(pic: GramPicture, U) -> Span:
+    """A warm start's U in this picture: a Span as given (its coefficients read against this picture's W and C),
+    a tall m x n matrix by ``span_of``."""
+    dt = pic.D.dtype
+    if isinstance(U, Span):
+        return Span(U.a.to(dt), U.b.to(dt))
+    return span_of(pic, U)
+
+
 def _relative_gap(value, bound):
     return (bound - value) / bound.clamp_min(torch.finfo(bound.dtype).tiny)
 
@@ -595,7 +635,8 @@ def lean_solve(W, G, P, warm=None, steps=1, rho=None, relax=1.8, normalize=True,
                polish: int = 0, certify_first: bool = False, tracker: str = "admm", damping=None) -> GramSolve:
     """The lean solve: the dual tracked across optimizer steps, a fixed amount of work, no host synchronisation.
 
-    From ``warm`` (the previous step's (Lambda, U); else the cold tangent-projection start) it runs exactly
+    From ``warm`` (the previous step's (Lambda, U), U a ``Span`` of this picture or the tall m x n matrix, read
+    here by ``span_of``; else the cold tangent-projection start) it runs exactly
     ``steps`` over-relaxed ADMM iterations (``admm_gram``: one n x n eigh each) and one certificate with the
     msign candidate only (one eigh, one eigvalsh): every matrix of a batch does the same work, nothing is
     decided on the host. The m x n products (W^T W, W^T G, C, C^T C) are formed in W's precision (float32;
@@ -616,9 +657,10 @@ def lean_solve(W, G, P, warm=None, steps=1, rho=None, relax=1.8, normalize=True,
     is then the certificate's at the multiplier the previous step's iteration left (``warm``), and the
     returned (Lambda, U) are for the next step. Measured on the benchmark's stationary stream (chapter 04), here:
     on Oblique at the CPU presets' rectangular widths more accurate than the default order, at GPT-2 small's
-    rectangular shapes a little less, on square Oblique and on DGram less. The default order's U is carried by
-    its coefficients, whose C-part the next momentum's C reinterprets; Oblique's lean step, which carries U as a
-    matrix (``manifold_muon.optim.manifold_muon.oblique_solve``), settles closer in the default order on every shape. With
+    rectangular shapes a little less, on square Oblique and on DGram less. Those measurements carried the default
+    order's U by its coefficients, whose C-part the next momentum's C reinterprets; Oblique's lean step, which
+    carries U as a matrix (``manifold_muon.optim.manifold_muon.oblique_solve``), settles closer in the default
+    order on every shape, and the optimizer now carries the matrix here too (``warm``). With
     ``steps`` > 1 the iterations are one ``admm_gram`` call (the first shares the certificate's
     eigendecomposition; the later ones are over-relaxed, as in any call).
 
@@ -644,7 +686,7 @@ def lean_solve(W, G, P, warm=None, steps=1, rho=None, relax=1.8, normalize=True,
         S = pic.DK0
         Lambda, U = -0.5 * multiplier(pic, S + S.mT), Span(torch.zeros_like(pic.D), torch.zeros_like(pic.D))
     else:
-        Lambda, U = warm[0].to(pic.D.dtype), Span(warm[1].a.to(pic.D.dtype), warm[1].b.to(pic.D.dtype))
+        Lambda, U = warm[0].to(pic.D.dtype), _warm_span(pic, warm[1])
     rtol = 1e-7 if W.dtype == torch.float64 else 1e-6
     if tracker == "newton":
         t = torch.ones_like(pic.D[..., 0, 0]) if damping is None else damping.to(pic.D.dtype)

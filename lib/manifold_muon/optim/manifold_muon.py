@@ -269,8 +269,8 @@ def oblique_solve(W: torch.Tensor, G: torch.Tensor, warm=None, steps: int = 1, r
     """The lean solve on Oblique weights (unit columns of the tall orientation; a wide W is transposed), in the
     matrix itself rather than the Gram picture: (A, gap, Lambda, U, wide), float64, A tall and in unit-RMS G
     units (as ``lean_solve``'s). ``warm``: (Lambda, U), the multiplier (n x n, diagonal) and the ADMM's scaled
-    multiplier (an m x n matrix, tall; None: 0) carried from the last step (the picture carries U's coefficients
-    instead, whose C-part the next momentum's C reinterprets; here the matrix itself is carried); None: the cold
+    multiplier (an m x n matrix, tall; None: 0) carried from the last step (as the optimizer carries it for the
+    Gram picture too, on rectangular weights: ``ManifoldMuon._carry``); None: the cold
     start (the tangent projection of G). ``steps``, ``rho``, ``relax``, ``normalize`` and ``certify_first`` as in
     ``inner_solvers.lean_solve`` (``steps`` ADMM iterations; with ``certify_first`` the certificate at the carried
     multiplier first, its eigendecomposition shared by the first iteration, which then starts from U = 0).
@@ -530,33 +530,60 @@ class ManifoldMuon(MatrixOptimizer):
         violation = rms(M.gram_projector(tangent_defect(sol.picture, sol.A)))
         for i, s in enumerate(states):
             s["tangent_violation"], s["duality_gap"], s["inner_iterations"] = violation[i], sol.gap[i], sol.iterations[i]
-            if group["warm_start"]:
-                s["Lambda"], s["U_a"], s["U_b"] = sol.Lambda[i], sol.U.a[i], sol.U.b[i]
-                if "U" in s:  # left by the Oblique matrix solve (``_oblique_update``)
-                    s["U"] = None
             if sol.damping is not None:
                 s["newton_t"] = sol.damping[i]
+        if group["warm_start"]:
+            self._carry(states, sol, with_U=sol.damping is None)  # the Newton tracker keeps no U
         W_new, landed, fix = lean_retract(M, sol, lr, wd, W.dtype)
         self.guard(landed, fix)
         return W_new
 
     @staticmethod
+    def _carry(states, sol, with_U: bool = True, clone: bool = False):
+        """Keep the solve's dual (Lambda, U) in ``states`` for the next step's warm start (``_warm``). U, ADMM's
+        scaled multiplier, is an m x n matrix that the solve holds by its coefficients in this step's picture,
+        U = W U.a + C U.b. On a rectangular weight it is kept as the tall m x n matrix ("U", two m x n products)
+        and the next step reads it in its own picture (``inner_solvers.span_of``): the coefficients alone would be
+        read against the next momentum's C, another matrix (measured on a stationary stream of momenta at
+        512 x 128: the default solve's certified gap 3-4x larger, ``bench.solver_table``). On a square weight
+        C = 0 and U = W U.a: the coefficient is kept ("U_a", no product; the next W differs by the step, lr A).
+        ``with_U`` False (the Newton tracker): no U (the next step starts from U = 0). Each path removes the keys
+        it does not keep, so every state holds one U."""
+        square = sol.picture.W.size(-2) == sol.picture.W.size(-1)
+        U = sol.U.matrix(sol.picture) if with_U and not square else None
+        for i, s in enumerate(states):
+            s["Lambda"] = sol.Lambda[i].clone() if clone else sol.Lambda[i]
+            for key in ("U", "U_a", "U_b"):
+                s.pop(key, None)
+            if with_U and square:
+                s["U_a"] = sol.U.a[i].clone() if clone else sol.U.a[i]
+            elif with_U:
+                s["U"] = U[i]
+
+    @staticmethod
     def _warm(group, states):
-        """(Lambda, U as a Span) from the last step's state where ``warm_start`` and every state has a multiplier,
-        else None; U is 0 where the last step did not keep it in the picture (``_oblique_update``)."""
+        """(Lambda, U) from the last step's state where ``warm_start`` and every state has a multiplier, else None.
+        U: the tall m x n matrix "U" (``_carry``, ``_oblique_update``), or a Span of the square picture's
+        coefficient "U_a" (with "U_b", as states saved before 2026-12-04 keep it), or 0 where the last step kept
+        none."""
         if not (group["warm_start"] and all("Lambda" in s for s in states)):
             return None
         Lambda = torch.stack([s["Lambda"] for s in states])
+        if all(s.get("U") is not None for s in states):
+            return Lambda, torch.stack([s["U"] for s in states])
         if all(s.get("U_a") is not None for s in states):
-            return Lambda, Span(torch.stack([s["U_a"] for s in states]), torch.stack([s["U_b"] for s in states]))
+            U_a = torch.stack([s["U_a"] for s in states])
+            U_b = (torch.stack([s["U_b"] for s in states]) if all(s.get("U_b") is not None for s in states)
+                   else torch.zeros_like(U_a))
+            return Lambda, Span(U_a, U_b)
         return Lambda, Span(torch.zeros_like(Lambda), torch.zeros_like(Lambda))
 
     @staticmethod
     def _oblique_update(W, G, group, states):
         """The lean step on Oblique weights (``oblique_step``): the multiplier kept as "Lambda" (n x n, as the
         Gram picture keeps it), the ADMM's scaled multiplier as the tall m x n matrix "U" where the next step
-        starts from it (``certify_first=False``; the picture keeps its coefficients "U_a", "U_b" instead, and each
-        path empties the other's, so that either can resume from the other's multiplier with U = 0)."""
+        starts from it (``certify_first=False``), as the picture keeps it on rectangular weights (``_carry``; on square
+        ones its coefficient "U_a"), so either resumes from the other's multiplier and U."""
         warm = None
         if group["warm_start"] and all("Lambda" in s for s in states):
             U = (torch.stack([s["U"] for s in states]) if all(s.get("U") is not None for s in states) else None)
@@ -568,19 +595,18 @@ class ManifoldMuon(MatrixOptimizer):
             s["tangent_violation"], s["duality_gap"] = violation[i], gap[i]
             s["inner_iterations"] = torch.full((), group["inner_steps"], dtype=torch.long, device=W.device)
             if group["warm_start"]:
-                s["Lambda"], s["U"] = Lambda[i], (None if U is None else U[i])
-                if "U_a" in s:
-                    s["U_a"] = s["U_b"] = None
+                s["Lambda"] = Lambda[i]
+                for key in ("U", "U_a", "U_b"):
+                    s.pop(key, None)
+                if U is not None:
+                    s["U"] = U[i]
         return W_new
 
-    @staticmethod
-    def _record(states, group, violation, sol):
+    def _record(self, states, group, violation, sol):
         for i, s in enumerate(states):  # tensors: read when logged, not every step
             s["tangent_violation"], s["duality_gap"], s["inner_iterations"] = violation[i], sol.gap[i], sol.iterations[i]
-            if group["warm_start"]:
-                s["Lambda"], s["U_a"], s["U_b"] = sol.Lambda[i].clone(), sol.U.a[i].clone(), sol.U.b[i].clone()
-                if "U" in s:  # left by the Oblique matrix solve (``_oblique_update``)
-                    s["U"] = None
+        if group["warm_start"]:
+            self._carry(states, sol, clone=True)
 
     # ------------------------------------------------------------------ dual ascent / ADMM on m x n matrices
 

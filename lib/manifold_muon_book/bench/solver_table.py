@@ -27,8 +27,11 @@ rectangular weights; on Oblique ``lean_tracked`` in the other order (``certify_f
 carried multiplier, then the iteration, the two sharing one eigendecomposition) from the second stop of 2026-12-03
 to 2026-12-04, and since then ``lean_tracked`` again, solved in the matrix itself (``oblique_step``, which carries
 ADMM's U as a matrix); before, it was ``lean_tracked`` everywhere. Two comparisons are run only when named and are
-left out of the merged table (``COMPARISONS``): ``lean_first``, one tracked iteration certified first, and
-``lean_picture``, ``lean`` with Oblique weights in the Gram picture, as the library took them before 2026-12-04.
+left out of the merged table (``COMPARISONS``): ``lean_first``, one tracked iteration certified first,
+``lean_picture``, ``lean`` with Oblique weights in the Gram picture, as the library took them before 2026-12-04,
+and ``gram_admm_coef`` and ``lean_tracked_coef``, ``gram_admm`` and ``lean_tracked`` with ADMM's U carried from
+step to step by its coefficients in the Gram picture, as the library carried it before 2026-12-04 (since then the
+m x n matrix, read in each step's own picture; ``steady_variants`` measures ``gram_admm`` along the long stream too).
 That stream is ``momenta.rotating_stream``: the same spectrum at every step, its singular vectors turning so that
 consecutive momenta correlate 0.95. (A first version continued the chain of
 ``correlated`` mixtures above, whose spectrum flattens step by step: Muon's own e_W on its 48th momentum at
@@ -82,12 +85,30 @@ class _PictureLean(ManifoldMuon):
         return self._picture_update(W, G, group, states)
 
 
+class _CoefficientCarry(ManifoldMuon):
+    """ADMM's U carried from step to step by its coefficients in the Gram picture ("U_a", "U_b"), as the library
+    did before 2026-12-04 (the next step reads U.b against its own C, another matrix): the benchmark's same-run
+    comparison with the matrix carry (``ManifoldMuon._carry``), not a setting of the library."""
+
+    @staticmethod
+    def _carry(states, sol, with_U: bool = True, clone: bool = False):
+        for i, s in enumerate(states):
+            s["Lambda"] = sol.Lambda[i].clone()
+            for key in ("U", "U_a", "U_b"):
+                s.pop(key, None)
+            if with_U:
+                s["U_a"], s["U_b"] = sol.U.a[i].clone(), sol.U.b[i].clone()
+
+
 # variants run by another optimizer class than ManifoldMuon (the same keyword arguments otherwise)
-OPTIMIZERS = {"lean_picture": _PictureLean}
+OPTIMIZERS = {"lean_picture": _PictureLean, "gram_admm_coef": _CoefficientCarry,
+              "lean_tracked_coef": _CoefficientCarry}
 VARIANTS["lean_picture"] = dict(inner="lean")
+VARIANTS["gram_admm_coef"] = VARIANTS["gram_admm"]
+VARIANTS["lean_tracked_coef"] = VARIANTS["lean_tracked"]
 # comparisons (* above): run only when asked for by name, on the weights where they differ, and read from their
 # part's file (chapter 04); ``merge`` leaves them out of the table
-COMPARISONS = ("lean_first", "lean_picture")
+COMPARISONS = ("lean_first", "lean_picture", "gram_admm_coef", "lean_tracked_coef")
 TABLE_VARIANTS = tuple(v for v in VARIANTS if v not in COMPARISONS)
 LRS = (0.02, 0.1)
 STEADY = 64  # the stream length at which the tracked (lean) solves' steady-state e_W is measured
@@ -166,7 +187,7 @@ def reference(M, Wd, G, lr_grads):
 
 
 def measure(shape, manifold: str, repeats: int, warmup: int, ref_max_n: int, seed: int = 0,
-            variants=TABLE_VARIANTS, square_ref_max_n: int = 128, steady: int = 0) -> list[dict]:
+            variants=TABLE_VARIANTS, square_ref_max_n: int = 128, steady: int = 0, steady_variants=()) -> list[dict]:
     M = get_manifold(manifold)
     g = torch.Generator().manual_seed(seed + 1)
     W0 = M.random_point(shape, generator=g).to(device())
@@ -197,7 +218,7 @@ def measure(shape, manifold: str, repeats: int, warmup: int, ref_max_n: int, see
             for lr in LRS:
                 row[f"e_W_lr{lr}"] = float((W_new[lr].double().cpu() - W_star[lr]).norm() / W_star[lr].norm())
                 row[f"muon_e_W_lr{lr}"] = muon_e_W[lr]
-        if steady_ref is not None and kw["inner"] == "lean":  # the tracked solve, settled: a long stationary stream
+        if steady_ref is not None and (kw["inner"] == "lean" or variant in steady_variants):  # settled: a long stream
             _, W_s, _, _ = walk(lambda p: opt(p, momentum=0.0, nesterov=False, manifold=manifold, **kw),
                                 W0, long, LRS[:1], 1)
             W_star, muon_e_W, _ = steady_ref
@@ -225,17 +246,23 @@ def measure(shape, manifold: str, repeats: int, warmup: int, ref_max_n: int, see
 def main(out_dir: Path, quick: bool = False, ref_max_n: int = 768, exact_max_n: int = 128,
          fail_on_miss: bool | None = None, shapes=None, name: str = "solver_table", repeats: int | None = None,
          warmup: int | None = None, steady: int | None = None, variants=TABLE_VARIANTS,
-         manifolds=MANIFOLDS) -> dict:
+         manifolds=MANIFOLDS, steady_variants=()) -> dict:
     """``exact_max_n``: the exact variant is timed only where the short side is at most this (at GPT-2 small's
     shapes one exact step takes minutes on one CPU thread; its accuracy is the reference's). ``ref_max_n``:
     e_W is measured where the short side is at most this (0: timing only, as ``runs/gpu_check.sh`` runs it).
     ``fail_on_miss`` (default: not ``quick``): exit non-zero when the lean step misses a target. ``shapes`` and
     ``name`` (the output file's stem): a part of the table, e.g. to run the CPU and GPT-2 shapes in two processes
     and ``merge`` them. ``steady``: the stream length for the lean variants' steady-state e_W (0: none; default
-    ``STEADY``, 6 in quick mode). ``variants``: a subset of ``VARIANTS``; ``manifolds``: of ``MANIFOLDS``."""
+    ``STEADY``, 6 in quick mode); ``steady_variants``: other variants measured along it too (e.g. ``gram_admm``,
+    whose warm start also follows the stream). ``variants``: a subset of ``VARIANTS``; ``manifolds``: of
+    ``MANIFOLDS``."""
     unknown = [v for v in variants if v not in VARIANTS]
     if unknown:
         raise ValueError(f"solver_table: unknown variant(s) {', '.join(unknown)}; choose from {', '.join(VARIANTS)}")
+    idle = [v for v in steady_variants if v not in variants]
+    if idle:
+        raise ValueError(f"solver_table: steady_variants {', '.join(idle)} not among the variants run "
+                         f"({', '.join(variants)}): add them to variants, or leave them out of steady_variants")
     unknown = [m for m in manifolds if m not in MANIFOLDS]
     if unknown:
         raise ValueError(f"solver_table: unknown manifold(s) {', '.join(unknown)}; choose from {', '.join(MANIFOLDS)}")
@@ -248,12 +275,12 @@ def main(out_dir: Path, quick: bool = False, ref_max_n: int = 768, exact_max_n: 
         shapes = GPT2_SHAPES  # the shapes the GPU is for
     with one_cpu_thread(), Stopwatch() as sw:
         rows = [r for s in shapes for m in manifolds
-                for r in measure(s, m, repeats, warmup, ref_max_n, steady=steady,
+                for r in measure(s, m, repeats, warmup, ref_max_n, steady=steady, steady_variants=steady_variants,
                                  variants=tuple(v for v in variants if v != "exact" or min(s) <= exact_max_n))]
     misses = [f"{tuple(r['shape'])} {r['manifold']}: " + "; ".join(r["misses"]) for r in rows if r.get("misses")]
     params = dict(shapes=[list(x) for x in shapes], manifolds=list(manifolds), variants={k: repr(v) for k, v in VARIANTS.items()},
                   lrs=list(LRS), repeats=repeats, warmup=warmup, ref_max_n=ref_max_n, exact_max_n=exact_max_n,
-                  decay=1.3, correlation=0.95, steady=steady,
+                  decay=1.3, correlation=0.95, steady=steady, steady_variants=list(steady_variants),
                   quick=quick)
     result = write_result(out_dir, name, dict(rows=rows, misses=misses), params, sw.seconds)
     for r in rows:
