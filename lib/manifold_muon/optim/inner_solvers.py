@@ -315,12 +315,13 @@ def gram_picture(W, G, P, dtype=torch.float64, products=torch.float64, diagonal:
 def span_of(pic: GramPicture, U: torch.Tensor) -> Span:
     """The coefficients (a, b) of the tall m x n matrix ``U``'s part in span(W, C): a = D^{-1} W^T U and
     b = R^+ C^T U (W^T C = 0, so the two parts are orthogonal and each is a least-squares fit). Two m x n
-    products in W's precision; D's solve is a row scaling where the picture takes D as diagonal (a Cholesky
-    solve elsewhere), R's a Cholesky solve with a ridge of eps max diag(R) (eps: W's, or 4 n float64 eps where that is
-    larger, R's own rounding), which damps only the directions of C whose singular values are below sqrt(eps) of
-    its largest (rounding there: C^T U is a product in W's precision). Why: a warm start (Lambda, U) is carried from one optimizer step to the next, where W and G,
-    hence C, have moved; U's coefficients in the last picture describe another matrix in this one (``U.b``
-    multiplies the new C), so the m x n matrix is carried and expressed in each step's picture."""
+    products in W's precision; D's solve is a row scaling where the picture takes D as diagonal (an LU solve
+    elsewhere), R's a Cholesky solve with a ridge of eps max diag(R) (eps: W's, or 4 n float64 eps where that is
+    larger, R's own rounding), which damps only the directions of C whose singular values are below sqrt(eps)
+    of its largest (rounding there: C^T U is a product in W's precision). Why: a warm start (Lambda, U) is
+    carried from one optimizer step to the next, where W and G, hence C, have moved; U's coefficients in the
+    last picture describe another matrix in this one (``U.b`` multiplies the new C), so the m x n matrix is
+    carried and expressed in each step's picture."""
     dt = pic.D.dtype
     Ut = U.to(pic.W.dtype)
     WtU = (pic.W.mT @ Ut).to(dt)

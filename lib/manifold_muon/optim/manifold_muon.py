@@ -544,8 +544,9 @@ class ManifoldMuon(MatrixOptimizer):
         scaled multiplier, is an m x n matrix that the solve holds by its coefficients in this step's picture,
         U = W U.a + C U.b. On a rectangular weight it is kept as the tall m x n matrix ("U", two m x n products)
         and the next step reads it in its own picture (``inner_solvers.span_of``): the coefficients alone would be
-        read against the next momentum's C, another matrix (measured on a stationary stream of momenta at
-        512 x 128: the default solve's certified gap 3-4x larger, ``bench.solver_table``). On a square weight
+        read against the next momentum's C, another matrix (measured on the benchmark ``solver_table``'s
+        stationary stream: the default solve settles 1.4-1.8x further from the optimum with the coefficients on
+        rectangular Stiefel and DGram weights at the CPU presets' widths, chapter 04). On a square weight
         C = 0 and U = W U.a: the coefficient is kept ("U_a", no product; the next W differs by the step, lr A).
         ``with_U`` False (the Newton tracker): no U (the next step starts from U = 0). Each path removes the keys
         it does not keep, so every state holds one U."""
