@@ -177,11 +177,17 @@ def measure(kind, role, shape, name, seed=0, ref_steps=600, repeats=3, recorded=
 
 
 def _warm(state):
+    """The optimizer's carried dual as ``gram_solve``'s warm start: U the tall m x n matrix ("U", rectangular
+    weights and Oblique) or the square picture's coefficient ("U_a"; C = 0 there), as ``ManifoldMuon._carry``
+    keeps it."""
     from manifold_muon.optim.inner_solvers import Span
 
     if "Lambda" not in state:
         return None
-    return state["Lambda"], Span(state["U_a"], state["U_b"])
+    if state.get("U") is not None:
+        return state["Lambda"], state["U"]
+    U_a = state.get("U_a", torch.zeros_like(state["Lambda"]))
+    return state["Lambda"], Span(U_a, state.get("U_b", torch.zeros_like(U_a)))
 
 
 def _to64(U):
