@@ -50,3 +50,37 @@ def test_merge_lets_a_later_part_replace_rows_and_recounts_the_misses(tmp_path):
     assert merged["rows"][0]["misses"] == []
     assert merged["misses"] == ["(8, 4) stiefel: ratio 3 > 2.5"]
     assert set(merged["parts"]) == {"old", "new"}
+
+
+def test_paired_timing_interleaves_the_two_steps_and_stops_on_its_budget():
+    from manifold_muon.optim import ManifoldMuon
+
+    shape = (24, 8)
+    W0 = solver_table.start_point(shape, "stiefel")
+    grads = solver_table.timing_stream(shape, 0, 2 + 9)
+    make = lambda p: ManifoldMuon(p, momentum=0.0, nesterov=False, manifold="stiefel", inner="lean")  # noqa: E731
+    t = solver_table.paired_times(make, W0, grads, warmup=2, min_rounds=4, max_rounds=9, budget_s=0.0)
+    assert t["timing_rounds"] == 4                          # the budget is spent: the minimum number of rounds
+    assert t["ratio_q1"] <= t["ratio"] <= t["ratio_q3"] and t["seconds"] > 0 and t["muon_fp32_s"] > 0
+    t = solver_table.paired_times(make, W0, grads, warmup=2, min_rounds=4, max_rounds=9, budget_s=1e9)
+    assert t["timing_rounds"] == 9                          # the budget is not: every round there are momenta for
+    with pytest.raises(ValueError, match="pass more"):
+        solver_table.paired_times(make, W0, grads, warmup=3, min_rounds=4, max_rounds=9, budget_s=0.0)
+
+
+def test_a_retimed_part_replaces_only_the_timing_and_judges_the_misses_again(tmp_path):
+    def part(name, rows):
+        (tmp_path / f"{name}.json").write_text(json.dumps(dict(rows=rows, misses=[], wall_time_s=1.0)))
+
+    lean = dict(shape=[8, 4], manifold="stiefel", variant="lean", ratio=2.7, seconds=2.7, muon_fp32_s=1.0,
+                target_ratio=2.5, gap=1e-3, misses=["ratio 2.70 > 2.5"], ops={"eigh": 1})
+    timing = dict(seconds=2.2, muon_fp32_s=1.0, ratio=2.2, ratio_q1=2.1, ratio_q3=2.3, timing_rounds=9)
+    part("measured", [lean])
+    part("timed", [dict(shape=[8, 4], manifold="stiefel", variant="lean", timing_only=True, **timing)])
+    merged = solver_table.merge(tmp_path, ["measured", "timed"], name="both")
+    (row,) = merged["rows"]
+    assert row["ratio"] == 2.2 and row["ops"] == {"eigh": 1} and row["timing"] == "timed"
+    assert row["misses"] == [] and merged["misses"] == []
+    part("orphan", [dict(shape=[16, 4], manifold="stiefel", variant="lean", timing_only=True, **timing)])
+    with pytest.raises(ValueError, match="no earlier part measured"):
+        solver_table.merge(tmp_path, ["measured", "orphan"], name="bad")

@@ -418,6 +418,9 @@ def lean_table(lean: pd.DataFrame):
                      ("e_W settled (%)", ".2f"), ("settled / Muon's", ".2f")]:  # no certified reference:
         show[col] = show[col].map(lambda v: "no reference" if pd.isna(v) else format(v, fmt))  # square DGram, Oblique at 768
     show = show.rename(columns={"e_W step 6 (%)": "e_W lr .02, step 6 (%)"})
+    if "ratio_q1" in lean:  # the paired timing's quartiles (rows timed before 2026-12-04 have none)
+        quartiles = ["" if pd.isna(q1) else f"{q1:.1f}-{q3:.1f}" for q1, q3 in zip(lean["ratio_q1"], lean["ratio_q3"])]
+        show.insert(show.columns.get_loc("x Muon fp32") + 1, "quartiles", quartiles)
     return stated_table(show, {"x Muon fp32": ".1f", "certified gap": "magnitude", "eigh": "d", "products (m x n)": "d",
                                "syncs": "d"})
 

@@ -5,9 +5,12 @@ same matrix in the same run.
 Per (shape, manifold, variant): a ``ManifoldMuon`` on one weight W0 (a random point of the manifold) steps along a
 training-like stream of momenta (singular values ~ i^-1.3, random singular vectors, each correlated 0.95 with
 the previous; momentum 0, so the stream is what the solve receives) at lr 0, so that the solver's warm start
-follows the stream while W stays W0; the last ``repeats`` of those steps are timed (fastest, one thread), and
-the same for ``Muon`` (Jordan's Newton-Schulz, five steps, float32: ``ratio`` is the variant's whole optimizer
-step over Muon's). Then the last momentum is stepped at lr 0.02 and 0.1 from the same state, so every variant
+follows the stream while W stays W0. Timing (``paired_times``, one thread): the variant's whole optimizer step
+and ``Muon``'s (Jordan's Newton-Schulz, five steps, float32) on the same matrix in interleaved rounds on a
+stationary stream, ``ratio`` the median of the rounds' ratios. (Until 2026-12-04 each was timed alone, the
+fastest of the last ``repeats`` = 2 steps, Muon once per (shape, manifold) before the variants: Muon's time at one
+shape then differed up to 2.7x between parts of the table, so a ratio carried the noise of a single
+baseline; ``retime`` re-times a table's rows by the new protocol.) Then the last momentum is stepped at lr 0.02 and 0.1 from the same state, so every variant
 is judged on the same (W0, G) against one reference. At that step: the certified relative gap the optimizer recorded, the operations of one step (``OpCounter``:
 full-size and n x n matrix products, eigendecompositions, SVDs, host synchronisations), and, where the short
 side is at most ``ref_max_n``, e_W = ||W+ - W+*|| / ||W+*|| at lr 0.02 and 0.1 against the retraction of
@@ -166,6 +169,88 @@ def walk(make, W0, grads, lrs, repeats: int):
     return min(times[-repeats:]), out, gaps, ops
 
 
+# the timing protocol (since 2026-12-04): Muon and the variant in interleaved rounds on one stationary stream
+TIMING = dict(warmup=3, min_rounds=3, max_rounds=21, budget_s=4.0)
+
+
+def muon_fp32(params):
+    """The baseline every ratio is taken against: Jordan's Newton-Schulz (five steps, float32), momentum 0."""
+    return Muon(params, momentum=0.0, nesterov=False, weight_decay=0.0, msign="newton_schulz",
+                msign_dtype=torch.float32)
+
+
+def paired_times(make, W0, grads, warmup: int, min_rounds: int, max_rounds: int, budget_s: float) -> dict:
+    """The variant's optimizer step against Muon's (``muon_fp32``) on the same matrix, in interleaved rounds: each
+    round steps both on the same momentum of ``grads`` (each optimizer on its own copy of W0, at lr 0, so that a
+    solver's warm start follows the stream), the order alternating from round to round; ``warmup`` rounds are not
+    timed, then rounds until ``min_rounds`` are done and ``budget_s`` seconds spent (at most ``max_rounds``).
+    ``ratio`` is the median of the rounds' ratios (a slowdown shared by both steps of a round, such as another
+    process, cancels in it), with its quartiles; ``seconds`` and ``muon_fp32_s`` the medians of each. Needs
+    ``warmup + max_rounds`` momenta."""
+    import statistics
+    import time
+
+    if len(grads) < warmup + max_rounds:
+        raise ValueError(f"paired_times: {len(grads)} momenta for {warmup} + {max_rounds} rounds; pass more")
+    cuda = W0.device.type == "cuda"
+    arms = []
+    for factory in (muon_fp32, make):
+        W = torch.nn.Parameter(W0.clone())
+        opt = factory([W])
+        for g in opt.param_groups:
+            g["lr"] = 0.0
+        arms.append((opt, W, []))
+
+    def step(opt, W, G):
+        W.grad = G.clone()
+        if cuda:
+            torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        opt.step()
+        if cuda:
+            torch.cuda.synchronize()
+        return time.perf_counter() - t0
+
+    spent, rounds = 0.0, 0
+    for i in range(warmup + max_rounds):
+        if i >= warmup and rounds >= min_rounds and spent >= budget_s:
+            break
+        order = arms if i % 2 == 0 else arms[::-1]
+        times = {id(opt): step(opt, W, grads[i]) for opt, W, _ in order}
+        if i >= warmup:
+            for opt, _, acc in arms:
+                acc.append(times[id(opt)])
+            spent += sum(times.values())
+            rounds += 1
+    (_, _, t_muon), (_, _, t_var) = arms
+    ratios = [v / m for v, m in zip(t_var, t_muon)]
+    q = statistics.quantiles(ratios, n=4) if len(ratios) > 1 else [ratios[0]] * 3
+    return dict(seconds=statistics.median(t_var), muon_fp32_s=statistics.median(t_muon),
+                ratio=statistics.median(ratios), ratio_q1=q[0], ratio_q3=q[2], timing_rounds=rounds)
+
+
+def timing_stream(shape, seed: int, steps: int):
+    """The momenta the paired timing runs on: the stationary ``rotating_stream`` (its own seed)."""
+    return [G.float().to(device()) for G in rotating_stream(shape, steps, generator=torch.Generator().manual_seed(seed + 3))]
+
+
+def judge(row) -> list[str]:
+    """The lean step's misses of issue 19's targets, from a row's measurements: the ratio against ``target``, the
+    gap on square Stiefel, e_W at lr 0.02 (steady-state where measured) against min(1%, 2/3 of Muon's)."""
+    shape, manifold = tuple(row["shape"]), row["manifold"]
+    misses = []
+    if row["ratio"] > row["target_ratio"]:
+        misses.append(f"ratio {row['ratio']:.2f} > {row['target_ratio']}")
+    if shape[0] == shape[1] and manifold == "stiefel" and row["gap"] > 1e-6:
+        misses.append(f"square Stiefel gap {row['gap']:.1e} > 1e-6")
+    if "e_W_lr0.02" in row:
+        which = "_steady" if "e_W_steady_lr0.02" in row else ""  # judged at steady state where measured
+        bar = min(0.01, 2 / 3 * row[f"muon_e_W{which}_lr0.02"])
+        if row[f"e_W{which}_lr0.02"] > bar:
+            misses.append(f"e_W{which.replace('_', ' ')} {100 * row[f'e_W{which}_lr0.02']:.2f}% > {100 * bar:.2f}%")
+    return misses
+
+
 def target(shape, manifold):
     square = shape[0] == shape[1]
     if square and manifold == "stiefel":
@@ -186,15 +271,20 @@ def reference(M, Wd, G, lr_grads):
             float(ref.gap.max()))
 
 
+def start_point(shape, manifold: str, seed: int = 0):
+    return get_manifold(manifold).random_point(shape, generator=torch.Generator().manual_seed(seed + 1)).to(device())
+
+
 def measure(shape, manifold: str, repeats: int, warmup: int, ref_max_n: int, seed: int = 0,
-            variants=TABLE_VARIANTS, square_ref_max_n: int = 128, steady: int = 0, steady_variants=()) -> list[dict]:
+            variants=TABLE_VARIANTS, square_ref_max_n: int = 128, steady: int = 0, steady_variants=(),
+            timing=None) -> list[dict]:
+    """The rows of one (shape, manifold). ``timing``: ``paired_times``' settings (default ``TIMING``)."""
+    timing = dict(TIMING, **(timing or {}))
     M = get_manifold(manifold)
-    g = torch.Generator().manual_seed(seed + 1)
-    W0 = M.random_point(shape, generator=g).to(device())
+    W0 = start_point(shape, manifold, seed)
     grads = [G.to(device()) for G in stream(shape, warmup + repeats + 1, seed)]
-    t_muon, _, _, muon_ops = walk(lambda p: Muon(p, momentum=0.0, nesterov=False, weight_decay=0.0,
-                                                 msign="newton_schulz", msign_dtype=torch.float32),
-                                  W0, grads, LRS[:1], repeats)
+    timed = timing_stream(shape, seed, timing["warmup"] + timing["max_rounds"])
+    _, _, _, muon_ops = walk(muon_fp32, W0, grads, LRS[:1], repeats)
     G, Wd = grads[-1].double().cpu(), W0.double().cpu()
     ref = steady_ref = None
     # one certified reference for every variant (all step from the same (W0, G)); none on square DGram and Oblique
@@ -209,10 +299,10 @@ def measure(shape, manifold: str, repeats: int, warmup: int, ref_max_n: int, see
     for variant in variants:
         kw = VARIANTS[variant]
         opt = OPTIMIZERS.get(variant, ManifoldMuon)
-        t, W_new, gaps, ops = walk(lambda p: opt(p, momentum=0.0, nesterov=False, manifold=manifold, **kw),
-                                   W0, grads, LRS, repeats)
-        row = dict(shape=list(shape), manifold=manifold, variant=variant, seconds=t, muon_fp32_s=t_muon,
-                   ratio=t / t_muon, ops=ops, muon_ops=muon_ops, gap=gaps[LRS[0]])
+        make = lambda p: opt(p, momentum=0.0, nesterov=False, manifold=manifold, **kw)  # noqa: E731
+        _, W_new, gaps, ops = walk(make, W0, grads, LRS, repeats)
+        row = dict(shape=list(shape), manifold=manifold, variant=variant, **paired_times(make, W0, timed, **timing),
+                   ops=ops, muon_ops=muon_ops, gap=gaps[LRS[0]])
         if ref is not None:
             W_star, muon_e_W, row["ref_gap"] = ref
             for lr in LRS:
@@ -228,17 +318,7 @@ def measure(shape, manifold: str, repeats: int, warmup: int, ref_max_n: int, see
             row[f"muon_e_W_steady_lr{lr}"] = muon_e_W[lr]
         if variant == "lean":
             row["target_ratio"] = target(shape, manifold)
-            misses = []
-            if row["ratio"] > row["target_ratio"]:
-                misses.append(f"ratio {row['ratio']:.2f} > {row['target_ratio']}")
-            if shape[0] == shape[1] and manifold == "stiefel" and row["gap"] > 1e-6:
-                misses.append(f"square Stiefel gap {row['gap']:.1e} > 1e-6")
-            if ref is not None:
-                which = "_steady" if "e_W_steady_lr0.02" in row else ""  # judged at steady state where measured
-                bar = min(0.01, 2 / 3 * row[f"muon_e_W{which}_lr0.02"])
-                if row[f"e_W{which}_lr0.02"] > bar:
-                    misses.append(f"e_W{which.replace('_', ' ')} {100 * row[f'e_W{which}_lr0.02']:.2f}% > {100 * bar:.2f}%")
-            row["misses"] = misses
+            row["misses"] = judge(row)
         rows.append(row)
     return rows
 
@@ -246,7 +326,7 @@ def measure(shape, manifold: str, repeats: int, warmup: int, ref_max_n: int, see
 def main(out_dir: Path, quick: bool = False, ref_max_n: int = 768, exact_max_n: int = 128,
          fail_on_miss: bool | None = None, shapes=None, name: str = "solver_table", repeats: int | None = None,
          warmup: int | None = None, steady: int | None = None, variants=TABLE_VARIANTS,
-         manifolds=MANIFOLDS, steady_variants=()) -> dict:
+         manifolds=MANIFOLDS, steady_variants=(), timing=None) -> dict:
     """``exact_max_n``: the exact variant is timed only where the short side is at most this (at GPT-2 small's
     shapes one exact step takes minutes on one CPU thread; its accuracy is the reference's). ``ref_max_n``:
     e_W is measured where the short side is at most this (0: timing only, as ``runs/gpu_check.sh`` runs it).
@@ -255,7 +335,7 @@ def main(out_dir: Path, quick: bool = False, ref_max_n: int = 768, exact_max_n: 
     and ``merge`` them. ``steady``: the stream length for the lean variants' steady-state e_W (0: none; default
     ``STEADY``, 6 in quick mode); ``steady_variants``: other variants measured along it too (e.g. ``gram_admm``,
     whose warm start also follows the stream). ``variants``: a subset of ``VARIANTS``; ``manifolds``: of
-    ``MANIFOLDS``."""
+    ``MANIFOLDS``; ``timing``: ``paired_times``' settings over ``TIMING`` (quick mode: three rounds after one)."""
     unknown = [v for v in variants if v not in VARIANTS]
     if unknown:
         raise ValueError(f"solver_table: unknown variant(s) {', '.join(unknown)}; choose from {', '.join(VARIANTS)}")
@@ -268,6 +348,7 @@ def main(out_dir: Path, quick: bool = False, ref_max_n: int = 768, exact_max_n: 
         raise ValueError(f"solver_table: unknown manifold(s) {', '.join(unknown)}; choose from {', '.join(MANIFOLDS)}")
     if quick:
         shapes, repeats, warmup, steady = [(48, 16), (16, 16)], 1, 1, 6 if steady is None else steady
+        timing = dict(dict(warmup=1, min_rounds=3, max_rounds=3, budget_s=0.0), **(timing or {}))
     else:
         shapes, repeats, warmup = shapes or (CPU_SHAPES + [(384, 128)] + GPT2_SHAPES), repeats or 2, warmup or 3
         steady = STEADY if steady is None else steady
@@ -276,12 +357,13 @@ def main(out_dir: Path, quick: bool = False, ref_max_n: int = 768, exact_max_n: 
     with one_cpu_thread(), Stopwatch() as sw:
         rows = [r for s in shapes for m in manifolds
                 for r in measure(s, m, repeats, warmup, ref_max_n, steady=steady, steady_variants=steady_variants,
-                                 variants=tuple(v for v in variants if v != "exact" or min(s) <= exact_max_n))]
+                                 variants=tuple(v for v in variants if v != "exact" or min(s) <= exact_max_n),
+                                 timing=timing)]
     misses = [f"{tuple(r['shape'])} {r['manifold']}: " + "; ".join(r["misses"]) for r in rows if r.get("misses")]
     params = dict(shapes=[list(x) for x in shapes], manifolds=list(manifolds), variants={k: repr(v) for k, v in VARIANTS.items()},
                   lrs=list(LRS), repeats=repeats, warmup=warmup, ref_max_n=ref_max_n, exact_max_n=exact_max_n,
                   decay=1.3, correlation=0.95, steady=steady, steady_variants=list(steady_variants),
-                  quick=quick)
+                  quick=quick, timing=dict(TIMING, **(timing or {}), protocol="paired"))
     result = write_result(out_dir, name, dict(rows=rows, misses=misses), params, sw.seconds)
     for r in rows:
         acc = "" if "e_W_lr0.02" not in r else (f"  e_W .02/.1 {100 * r['e_W_lr0.02']:.2f}/{100 * r['e_W_lr0.1']:.2f}%"
@@ -302,18 +384,78 @@ def main(out_dir: Path, quick: bool = False, ref_max_n: int = 768, exact_max_n: 
     return result
 
 
+TIMING_KEYS = ("seconds", "muon_fp32_s", "ratio", "ratio_q1", "ratio_q3", "timing_rounds")
+
+
+def retime(out_dir: Path, table: str = "solver_table", name: str = "solver_table_paired", shapes=None,
+           manifolds=None, variants=None, timing=None) -> dict:
+    """The timing of rows of the table ``table`` measured again by ``paired_times`` (``timing`` over ``TIMING``), on the
+    same start point as ``measure``'s, with today's library and ``VARIANTS``; accuracy is not measured again.
+    Writes the part ``name`` (rows marked ``timing_only``, with the table's ratio as ``ratio_before``), which ``merge`` lays over the table's rows: their
+    timing replaced, their misses judged again. ``shapes``, ``manifolds``, ``variants``: a subset (default: all
+    rows, so that one protocol times the whole table; on GPT-2 small's shapes the ``post`` and ``gram_admm`` rows
+    take most of the time)."""
+    import json
+
+    asked = [v for v in (variants or ()) if v not in VARIANTS] + [m for m in (manifolds or ()) if m not in MANIFOLDS]
+    if asked:
+        raise ValueError(f"solver_table.retime: unknown variant(s) or manifold(s) {', '.join(asked)}; choose from "
+                         f"{', '.join(VARIANTS)} and {', '.join(MANIFOLDS)}")
+    timing = dict(TIMING, **(timing or {}))
+    rows_in = json.loads((Path(out_dir) / f"{table}.json").read_text())["rows"]
+    pick = lambda r: ((shapes is None or tuple(r["shape"]) in {tuple(x) for x in shapes})  # noqa: E731
+                      and (manifolds is None or r["manifold"] in manifolds)
+                      and (variants is None or r["variant"] in variants))
+    todo = [r for r in rows_in if pick(r)]
+    if not todo:
+        raise ValueError(f"solver_table.retime: no row of {table} has the shapes, manifolds and variants asked for")
+    unknown = sorted({r["variant"] for r in todo} - set(VARIANTS))
+    if unknown:
+        raise ValueError(f"solver_table.retime: the table has variant(s) {', '.join(unknown)} that VARIANTS no longer "
+                         f"defines; leave them out with variants=")
+    rows, streams = [], {}
+    with one_cpu_thread(), Stopwatch() as sw:
+        for r in todo:
+            shape, manifold, variant = tuple(r["shape"]), r["manifold"], r["variant"]
+            opt = OPTIMIZERS.get(variant, ManifoldMuon)
+            make = lambda p: opt(p, momentum=0.0, nesterov=False, manifold=manifold, **VARIANTS[variant])  # noqa: E731
+            if shape not in streams:  # the same momenta for every row of a shape, made once
+                streams[shape] = timing_stream(shape, 0, timing["warmup"] + timing["max_rounds"])
+            t = paired_times(make, start_point(shape, manifold), streams[shape], **timing)
+            rows.append(dict(shape=list(shape), manifold=manifold, variant=variant, timing_only=True, **t,
+                             ratio_before=r["ratio"]))
+            print(f"{str(shape):12s} {manifold:12s} {variant:12s} {t['ratio']:6.2f}x Muon "
+                  f"(quartiles {t['ratio_q1']:.2f}-{t['ratio_q3']:.2f}, {t['timing_rounds']} rounds; "
+                  f"before {r['ratio']:.2f}x)", flush=True)
+    params = dict(table=table, shapes=shapes, manifolds=manifolds, variants=variants,
+                  timing=dict(timing, protocol="paired"))
+    return write_result(out_dir, name, dict(rows=rows, misses=[]), params, sw.seconds)
+
+
 def merge(out_dir: Path, parts, name: str = "solver_table") -> dict:
     """One table from parts written by ``main(..., name=part)``: rows concatenated, where a later part has a row of
     the same (shape, manifold, variant) it replaces the earlier one (e.g. the lean variants re-measured alone at
-    GPT-2 small's shapes); the misses are those of the rows kept. Rows of the ``COMPARISONS`` stay in their parts.
-    Each part's parameters and provenance are kept under ``parts``."""
+    GPT-2 small's shapes); a part written by ``retime`` replaces only the timing of the rows it has (and the
+    misses are judged again). The misses are those of the rows kept. Rows of the ``COMPARISONS`` stay in their
+    parts. Each part's parameters and provenance are kept under ``parts``."""
     import json
 
     loaded = [json.loads((Path(out_dir) / f"{p}.json").read_text()) for p in parts]
     key = lambda r: (tuple(r["shape"]), r["manifold"], r["variant"])  # noqa: E731
     rows = {}
-    for t in loaded:
-        rows.update({key(r): r for r in t["rows"] if r["variant"] not in COMPARISONS})
+    for p, t in zip(parts, loaded):
+        for r in t["rows"]:
+            if r["variant"] in COMPARISONS:
+                continue
+            if not r.get("timing_only"):
+                rows[key(r)] = r
+                continue
+            if key(r) not in rows:
+                raise ValueError(f"solver_table.merge: part {p} retimes {key(r)}, which no earlier part measured")
+            old = {k: v for k, v in rows[key(r)].items() if k not in TIMING_KEYS}
+            rows[key(r)] = dict(old, **{k: r[k] for k in TIMING_KEYS}, timing=p)
+            if "target_ratio" in old:
+                rows[key(r)]["misses"] = judge(rows[key(r)])
     rows = list(rows.values())
     misses = [f"{tuple(r['shape'])} {r['manifold']}: " + "; ".join(r["misses"]) for r in rows if r.get("misses")]
     payload = dict(rows=rows, misses=misses,
