@@ -36,6 +36,9 @@ def test_an_unknown_variant_or_manifold_is_refused_before_any_work(tmp_path):
     with pytest.raises(ValueError, match="unknown manifold.*choose from"):
         solver_table.main(tmp_path, quick=True, manifolds=("sphere",))
     assert not list(tmp_path.iterdir())
+    with pytest.raises(ValueError, match="unknown timing setting.*choose from"):
+        solver_table.main(tmp_path, quick=True, timing=dict(rounds=5))
+    assert not list(tmp_path.iterdir())
 
 
 def test_merge_lets_a_later_part_replace_rows_and_recounts_the_misses(tmp_path):

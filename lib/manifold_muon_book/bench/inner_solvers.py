@@ -177,17 +177,15 @@ def measure(kind, role, shape, name, seed=0, ref_steps=600, repeats=3, recorded=
 
 
 def _warm(state):
-    """The optimizer's carried dual as ``gram_solve``'s warm start: U the tall m x n matrix ("U", rectangular
-    weights and Oblique) or the square picture's coefficient ("U_a"; C = 0 there), as ``ManifoldMuon._carry``
-    keeps it."""
+    """The optimizer's carried dual (``ManifoldMuon._carry``) as ``gram_solve``'s warm start for one weight, read by
+    the optimizer's own reader (``ManifoldMuon._warm``)."""
     from manifold_muon.optim.inner_solvers import Span
 
-    if "Lambda" not in state:
+    warm = ManifoldMuon._warm({"warm_start": True}, [state])
+    if warm is None:
         return None
-    if state.get("U") is not None:
-        return state["Lambda"], state["U"]
-    U_a = state.get("U_a", torch.zeros_like(state["Lambda"]))
-    return state["Lambda"], Span(U_a, state.get("U_b", torch.zeros_like(U_a)))
+    Lambda, U = warm
+    return Lambda[0], (Span(U.a[0], U.b[0]) if isinstance(U, Span) else U[0])
 
 
 def _to64(U):

@@ -126,29 +126,20 @@ def stream(shape, steps: int, seed: int = 0):
     return G
 
 
-def walk(make, W0, grads, lrs, repeats: int):
+def walk(make, W0, grads, lrs):
     """An optimizer on one weight W0 along ``grads``: every step but the last at lr 0 (so W stays W0 and only the
-    solver's state, its warm start, follows the stream), the last ``repeats`` of those timed (fastest); then the
-    last momentum at each of ``lrs``, each from a copy of the same state. Returns (seconds, {lr: W+}, {lr: the
-    recorded gap}, the operations of the final step at lrs[0])."""
+    solver's state, its warm start, follows the stream); then the last momentum at each of ``lrs``, each from a
+    copy of the same state. Returns ({lr: W+}, {lr: the recorded gap}, the operations of the final step at
+    lrs[0]). Untimed: ``paired_times`` times the steps."""
     import copy
-    import time
 
     W = torch.nn.Parameter(W0.clone())
     opt = make([W])
     for g in opt.param_groups:
         g["lr"] = 0.0
-    times = []
-    cuda = W.device.type == "cuda"
     for G in grads[:-1]:
         W.grad = G.clone()
-        if cuda:
-            torch.cuda.synchronize()
-        t0 = time.perf_counter()
         opt.step()
-        if cuda:
-            torch.cuda.synchronize()
-        times.append(time.perf_counter() - t0)
     with torch.no_grad():
         W.copy_(W0)
     saved = copy.deepcopy(opt.state_dict())
@@ -166,7 +157,7 @@ def walk(make, W0, grads, lrs, repeats: int):
         out[lr] = W.detach().clone()
         gap = opt.state[W].get("duality_gap")
         gaps[lr] = None if gap is None else float(gap)
-    return min(times[-repeats:]), out, gaps, ops
+    return out, gaps, ops
 
 
 # the timing protocol (since 2026-12-04): Muon and the variant in interleaved rounds on one stationary stream
@@ -177,6 +168,12 @@ def muon_fp32(params):
     """The baseline every ratio is taken against: Jordan's Newton-Schulz (five steps, float32), momentum 0."""
     return Muon(params, momentum=0.0, nesterov=False, weight_decay=0.0, msign="newton_schulz",
                 msign_dtype=torch.float32)
+
+
+def _check_timing(timing, who: str):
+    unknown = sorted(set(timing or {}) - set(TIMING))
+    if unknown:
+        raise ValueError(f"{who}: unknown timing setting(s) {', '.join(unknown)}; choose from {', '.join(TIMING)}")
 
 
 def paired_times(make, W0, grads, warmup: int, min_rounds: int, max_rounds: int, budget_s: float) -> dict:
@@ -284,7 +281,7 @@ def measure(shape, manifold: str, repeats: int, warmup: int, ref_max_n: int, see
     W0 = start_point(shape, manifold, seed)
     grads = [G.to(device()) for G in stream(shape, warmup + repeats + 1, seed)]
     timed = timing_stream(shape, seed, timing["warmup"] + timing["max_rounds"])
-    _, _, _, muon_ops = walk(muon_fp32, W0, grads, LRS[:1], repeats)
+    _, _, muon_ops = walk(muon_fp32, W0, grads, LRS[:1])
     G, Wd = grads[-1].double().cpu(), W0.double().cpu()
     ref = steady_ref = None
     # one certified reference for every variant (all step from the same (W0, G)); none on square DGram and Oblique
@@ -300,7 +297,7 @@ def measure(shape, manifold: str, repeats: int, warmup: int, ref_max_n: int, see
         kw = VARIANTS[variant]
         opt = OPTIMIZERS.get(variant, ManifoldMuon)
         make = lambda p: opt(p, momentum=0.0, nesterov=False, manifold=manifold, **kw)  # noqa: E731
-        _, W_new, gaps, ops = walk(make, W0, grads, LRS, repeats)
+        W_new, gaps, ops = walk(make, W0, grads, LRS)
         row = dict(shape=list(shape), manifold=manifold, variant=variant, **paired_times(make, W0, timed, **timing),
                    ops=ops, muon_ops=muon_ops, gap=gaps[LRS[0]])
         if ref is not None:
@@ -309,8 +306,7 @@ def measure(shape, manifold: str, repeats: int, warmup: int, ref_max_n: int, see
                 row[f"e_W_lr{lr}"] = float((W_new[lr].double().cpu() - W_star[lr]).norm() / W_star[lr].norm())
                 row[f"muon_e_W_lr{lr}"] = muon_e_W[lr]
         if steady_ref is not None and (kw["inner"] == "lean" or variant in steady_variants):  # settled: a long stream
-            _, W_s, _, _ = walk(lambda p: opt(p, momentum=0.0, nesterov=False, manifold=manifold, **kw),
-                                W0, long, LRS[:1], 1)
+            W_s, _, _ = walk(make, W0, long, LRS[:1])
             W_star, muon_e_W, _ = steady_ref
             lr = LRS[0]
             row["steady_steps"] = len(long)
@@ -335,7 +331,10 @@ def main(out_dir: Path, quick: bool = False, ref_max_n: int = 768, exact_max_n: 
     and ``merge`` them. ``steady``: the stream length for the lean variants' steady-state e_W (0: none; default
     ``STEADY``, 6 in quick mode); ``steady_variants``: other variants measured along it too (e.g. ``gram_admm``,
     whose warm start also follows the stream). ``variants``: a subset of ``VARIANTS``; ``manifolds``: of
-    ``MANIFOLDS``; ``timing``: ``paired_times``' settings over ``TIMING`` (quick mode: three rounds after one)."""
+    ``MANIFOLDS``; ``timing``: ``paired_times``' settings over ``TIMING`` (quick mode: three rounds after one).
+    ``warmup + repeats + 1``: the length of the stream whose last momentum every variant steps from (the step-6
+    e_W of the full table); the timing has its own stream."""
+    _check_timing(timing, "solver_table")
     unknown = [v for v in variants if v not in VARIANTS]
     if unknown:
         raise ValueError(f"solver_table: unknown variant(s) {', '.join(unknown)}; choose from {', '.join(VARIANTS)}")
@@ -397,6 +396,7 @@ def retime(out_dir: Path, table: str = "solver_table", name: str = "solver_table
     take most of the time)."""
     import json
 
+    _check_timing(timing, "solver_table.retime")
     asked = [v for v in (variants or ()) if v not in VARIANTS] + [m for m in (manifolds or ()) if m not in MANIFOLDS]
     if asked:
         raise ValueError(f"solver_table.retime: unknown variant(s) or manifold(s) {', '.join(asked)}; choose from "
