@@ -212,12 +212,13 @@ def paired_times(make, W0, grads, warmup: int, min_rounds: int, max_rounds: int,
     for i in range(warmup + max_rounds):
         if i >= warmup and rounds >= min_rounds and spent >= budget_s:
             break
-        order = arms if i % 2 == 0 else arms[::-1]
-        times = {id(opt): step(opt, W, grads[i]) for opt, W, _ in order}
+        times = [0.0, 0.0]
+        for k in ((0, 1) if i % 2 == 0 else (1, 0)):  # Muon first in even rounds, the variant in odd ones
+            times[k] = step(arms[k][0], arms[k][1], grads[i])
         if i >= warmup:
-            for opt, _, acc in arms:
-                acc.append(times[id(opt)])
-            spent += sum(times.values())
+            for (_, _, acc), t in zip(arms, times):
+                acc.append(t)
+            spent += sum(times)
             rounds += 1
     (_, _, t_muon), (_, _, t_var) = arms
     ratios = [v / m for v, m in zip(t_var, t_muon)]
