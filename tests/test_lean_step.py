@@ -500,6 +500,28 @@ def test_oblique_matrix_iterations_are_the_pictures_admm(certify_first, steps, s
         warm_d, warm_p = (Lambda, None), (sol.Lambda, Span(torch.zeros_like(sol.Lambda), torch.zeros_like(sol.Lambda)))
 
 
+@pytest.mark.parametrize("shape", [(9, 9), (40, 16), (16, 40)])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_oblique_iterations_run_in_float32_on_float32_weights(shape, dtype):
+    """On float32 and bfloat16 weights the Oblique solve's ADMM iterations run in float32 (the U they carry is
+    float32), on float64 weights in float64; from the same entries the two differ by float32's rounding only:
+    the multiplier and the direction agree to 1e-4 relative and the certified gaps to 1e-4, along a carried stream."""
+    from manifold_muon.optim.manifold_muon import oblique_solve
+
+    g = torch.Generator().manual_seed(31)
+    W = get_manifold("gram_oblique").random_point(shape, generator=g).to(dtype)
+    warm32 = warm64 = None
+    for _ in range(4):
+        G = spectrum_momentum(shape, g).to(dtype)
+        A32, gap32, L32, U32, _ = oblique_solve(W, G, warm=warm32, steps=2)
+        A64, gap64, L64, U64, _ = oblique_solve(W.double(), G.double(), warm=warm64, steps=2)
+        assert U32.dtype == torch.float32 and U64.dtype == torch.float64 and A32.dtype == torch.float64
+        assert float((L32 - L64).abs().max()) <= 1e-4 * float(L64.abs().max())
+        assert float((A32 - A64).norm() / A64.norm()) <= 1e-4
+        assert abs(float(gap32) - float(gap64)) <= 1e-4
+        warm32, warm64 = (L32, U32), (L64, U64)
+
+
 @pytest.mark.parametrize("certify_first", [True, False])
 @pytest.mark.parametrize("shape", [(12, 12), (30, 10), (10, 30)])
 def test_the_optimizer_takes_oblique_weights_in_the_matrix(certify_first, shape):

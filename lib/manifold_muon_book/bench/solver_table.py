@@ -433,18 +433,14 @@ def retime(out_dir: Path, table: str = "solver_table", name: str = "solver_table
     return write_result(out_dir, name, dict(rows=rows, misses=[]), params, sw.seconds)
 
 
-def merge(out_dir: Path, parts, name: str = "solver_table") -> dict:
-    """One table from parts written by ``main(..., name=part)``: rows concatenated, where a later part has a row of
-    the same (shape, manifold, variant) it replaces the earlier one (e.g. the lean variants re-measured alone at
-    GPT-2 small's shapes); a part written by ``retime`` replaces only the timing of the rows it has (and the
-    misses are judged again). The misses are those of the rows kept. Rows of the ``COMPARISONS`` stay in their
-    parts. Each part's parameters and provenance are kept under ``parts``."""
-    import json
-
-    loaded = [json.loads((Path(out_dir) / f"{p}.json").read_text()) for p in parts]
+def overlay(parts: dict) -> dict:
+    """The table's rows by (shape, manifold, variant) from ``parts`` ({name: a part's payload}, in order), as
+    ``merge`` lays them over each other: a measured row replaces the earlier one of its key; a row of a part
+    written by ``retime`` replaces only the timing (``TIMING_KEYS``, and "timing" names the part) and the misses
+    are judged again. Rows of the ``COMPARISONS`` are left out (they stay in their parts)."""
     key = lambda r: (tuple(r["shape"]), r["manifold"], r["variant"])  # noqa: E731
     rows = {}
-    for p, t in zip(parts, loaded):
+    for p, t in parts.items():
         for r in t["rows"]:
             if r["variant"] in COMPARISONS:
                 continue
@@ -457,7 +453,19 @@ def merge(out_dir: Path, parts, name: str = "solver_table") -> dict:
             rows[key(r)] = dict(old, **{k: r[k] for k in TIMING_KEYS}, timing=p)
             if "target_ratio" in old:
                 rows[key(r)]["misses"] = judge(rows[key(r)])
-    rows = list(rows.values())
+    return rows
+
+
+def merge(out_dir: Path, parts, name: str = "solver_table") -> dict:
+    """One table from parts written by ``main(..., name=part)``: rows concatenated, where a later part has a row of
+    the same (shape, manifold, variant) it replaces the earlier one (e.g. the lean variants re-measured alone at
+    GPT-2 small's shapes); a part written by ``retime`` replaces only the timing of the rows it has (and the
+    misses are judged again). The misses are those of the rows kept. Rows of the ``COMPARISONS`` stay in their
+    parts. Each part's parameters and provenance are kept under ``parts``."""
+    import json
+
+    loaded = [json.loads((Path(out_dir) / f"{p}.json").read_text()) for p in parts]
+    rows = list(overlay(dict(zip(parts, loaded))).values())
     misses = [f"{tuple(r['shape'])} {r['manifold']}: " + "; ".join(r["misses"]) for r in rows if r.get("misses")]
     payload = dict(rows=rows, misses=misses,
                    parts={p: {k: v for k, v in t.items() if k not in ("rows", "misses")} for p, t in zip(parts, loaded)})
