@@ -473,25 +473,31 @@ def test_oblique_matrix_solve_is_feasible_honest_and_exact(shape, dtype, rank, c
 @pytest.mark.parametrize("certify_first", [True, False])
 @pytest.mark.parametrize("steps", [0, 1, 3])
 @pytest.mark.parametrize("shape", [(9, 9), (20, 6)])
-def test_oblique_matrix_iterations_are_the_pictures_admm(certify_first, steps, shape):
+@pytest.mark.parametrize("rho", [None, 0.3])
+def test_oblique_matrix_iterations_are_the_pictures_admm(certify_first, steps, shape, rho):
     """In float64 on a small, well-conditioned W the Gram picture is exact too: from the same multiplier (and U = 0)
     the matrix solve's multipliers after ``steps`` ADMM iterations are ``lean_solve``'s (same order, same
-    over-relaxation) to 1e-9 relative, its U is the picture's W U_a + C U_b, and its direction and certified gap are
-    the picture's. (Carried to the next step, the two U differ on a rectangular W by design: the picture keeps U's
+    over-relaxation, the same ``rho``: None is each one's own default, Oblique's OBLIQUE_RHO and the picture's
+    1/sqrt(n), so it is passed) to 1e-9 relative, its U is the picture's W U_a + C U_b, and its direction and
+    certified gap are the picture's. (Carried to the next step, the two U differ on a rectangular W by design: the picture keeps U's
     coefficients, and its C-part follows the next momentum's C.)"""
     from manifold_muon.optim.inner_solvers import Span
     from manifold_muon.optim.manifold_muon import oblique_solve
 
+    from manifold_muon.optim.manifold_muon import OBLIQUE_RHO
+
     if certify_first and not steps:
         pytest.skip("certify_first carries nothing without an iteration (refused by the optimizer)")
+    rho = OBLIQUE_RHO if rho is None else rho
     g = torch.Generator().manual_seed(11)
     M = get_manifold("gram_oblique")
     W = M.random_point(shape, generator=g).double()
     warm_d = warm_p = None
     for _ in range(3):
         G = spectrum_momentum(shape, g).double()
-        A, gap, Lambda, U, _ = oblique_solve(W, G, warm=warm_d, steps=steps, certify_first=certify_first)
-        sol = lean_solve(W, G, M.gram_projector, warm=warm_p, steps=steps, diagonal=False, certify_first=certify_first)
+        A, gap, Lambda, U, _ = oblique_solve(W, G, warm=warm_d, steps=steps, certify_first=certify_first, rho=rho)
+        sol = lean_solve(W, G, M.gram_projector, warm=warm_p, steps=steps, diagonal=False, certify_first=certify_first,
+                         rho=rho)
         assert float((Lambda - sol.Lambda).abs().max()) <= 1e-9 * float(sol.Lambda.abs().max())
         assert float((A - sol.matrix()).abs().max()) <= 1e-9
         if steps and not certify_first:
