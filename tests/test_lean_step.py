@@ -479,8 +479,8 @@ def test_oblique_matrix_iterations_are_the_pictures_admm(certify_first, steps, s
     the matrix solve's multipliers after ``steps`` ADMM iterations are ``lean_solve``'s (same order, same
     over-relaxation, the same ``rho``: None is each one's own default, Oblique's OBLIQUE_RHO and the picture's
     1/sqrt(n), so it is passed) to 1e-9 relative, its U is the picture's W U_a + C U_b, and its direction and
-    certified gap are the picture's. (Carried to the next step, the two U differ on a rectangular W by design: the picture keeps U's
-    coefficients, and its C-part follows the next momentum's C.)"""
+    certified gap are the picture's. (Carried to the next step, the two U differ on a rectangular W by design: the
+    picture keeps U's coefficients, and its C-part follows the next momentum's C.)"""
     from manifold_muon.optim.inner_solvers import Span
     from manifold_muon.optim.manifold_muon import oblique_solve
 

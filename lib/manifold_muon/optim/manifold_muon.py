@@ -119,7 +119,8 @@ def lean_defaults(manifold, tracker: str | None = None) -> dict:
     (``tracker="auto"``, ``resolve_tracker``); on Oblique tracked by one ADMM iteration, then certified, in the
     matrix itself (``oblique_step``, which carries the ADMM's U as a matrix; from 2026-12-03 to 2026-12-04 the
     default there was ``certify_first=True``, one eigendecomposition fewer, which settles further from the optimum
-    than this order once U is carried as a matrix: chapter 04). Given
+    than this order once U is carried as a matrix: chapter 04; its ADMM penalty is ``OBLIQUE_RHO``, not the
+    picture's 1/sqrt(n), unless ``rho`` is given). Given
     ``tracker`` ("auto", "admm" or "newton"), the defaults that go with it: "newton" carries the multiplier with
     one CG step on every weight, "admm" and "auto" take the per-manifold defaults above ("admm" on DGram: one
     tracked ADMM iteration on every weight, the default before 2026-12-04). Why: measured on the benchmark
@@ -287,8 +288,9 @@ def oblique_solve(W: torch.Tensor, G: torch.Tensor, warm=None, steps: int = 1, r
     only, and the retraction (each column divided by its norm) no product at all: the certificate takes three
     m x n x n products (Z^T Z, Z Y and X^T X for the op-norm), one n x n product (the factor Y), one float64
     eigh and one float32 eigvalsh (the op-norm, with ``feasible``'s 1e-6 margin); an ADMM iteration two m x n x n
-    products (Zp^T Zp, Zp F), one n x n (the shrink factor) and one eigh, its Zp^T Zp and eigh those of the
-    certificate under ``certify_first``: five m x n x n products a step by default, four certified first. The
+    products (Zp^T Zp, Zp F), one n x n (the shrink factor) and one eigh (float32, below), its Zp^T Zp and eigh
+    those of the certificate under ``certify_first``: five m x n x n products a step by default, four certified
+    first. The
     picture's step took six m x n products and about twenty n x n ones. And on a square weight the picture
     divides by W: its coefficients solve (W^T W) K0 = W^T G, and a random square point of the Oblique manifold
     has an ill-conditioned W^T W (3.5e8 in chapter 04's draw at n = 128, where the picture's certificate candidate at
@@ -306,10 +308,10 @@ def oblique_solve(W: torch.Tensor, G: torch.Tensor, warm=None, steps: int = 1, r
     units otherwise), not the Gram picture's 1/sqrt(n): the singular value thresholding at 1/rho = 0.5 keeps
     nearly every singular value of Z, so that U = rho (Z+ - X) tracks msign(Z) where 1/sqrt(n) kept the top few.
     Tuned on streams the benchmark does not judge (rotating streams of seed 7: rho in 1/sqrt(n) x {1, ..., 1024}
-    at 384 x 128, 128 x 512 and 128 x 128, and from 1/sqrt(n) to 9.2 at 768 x 2304): the settled e_W was smallest
-    at rho = 1.4 (n = 128) and 2.3 (n = 768), 5-24x below 1/sqrt(n)'s; chapter 04 judges 2 on the table's own
-    streams. The gap is a certificate: the value <G, A> of a feasible A (tangent, op-norm <= 1; one with
-    <G, A> < 0 replaced by 0) against ||G + 2 W Lambda||_* (weak duality)."""
+    at 384 x 128 and 128 x 128, x {8, 16, 32} at 128 x 512, from 1/sqrt(n) to 9.2 at 768 x 2304): the settled
+    e_W was smallest at rho = 1.4 (n = 128) and 2.3 (n = 768), 5-24x below 1/sqrt(n)'s; chapter 04 judges 2 on
+    the table's own streams. The gap is a certificate: the value <G, A> of a feasible A (tangent, op-norm <= 1;
+    one with <G, A> < 0 replaced by 0) against ||G + 2 W Lambda||_* (weak duality)."""
     wide = W.size(-2) < W.size(-1)
     W64, G64 = (W.mT, G.mT) if wide else (W, G)
     W64, G64 = (X.to(torch.float64, memory_format=torch.contiguous_format) for X in (W64, G64))
@@ -325,8 +327,8 @@ def oblique_solve(W: torch.Tensor, G: torch.Tensor, warm=None, steps: int = 1, r
         lam, U = torch.diagonal(warm[0], dim1=-2, dim2=-1).to(torch.float64), warm[1]
         U = None if U is None else U.to(torch.float64)
 
-    def z_of(lam):
-        return G64 + 2 * W64 * lam.unsqueeze(-2)
+    def z_of(lam, G=G64, W=W64):  # Z = G + 2 W Lambda (in the iterations' precision where they pass theirs)
+        return G + 2 * W * lam.unsqueeze(-2)
 
     def eig(Z):
         return eig_sqrt(_sym(Z.mT @ Z))
@@ -350,7 +352,7 @@ def oblique_solve(W: torch.Tensor, G: torch.Tensor, warm=None, steps: int = 1, r
         lam = lam.to(it)
         U = None if U is None else U.to(it)
         for _ in range(k):
-            Y = G_it + 2 * W_it * lam.unsqueeze(-2)
+            Y = z_of(lam, G_it, W_it)
             if X is not None and relax != 1.0:
                 Y = relax * Y + (1 - relax) * X
             Zp = Y if U is None else Y + U / rho
