@@ -87,3 +87,23 @@ def test_a_retimed_part_replaces_only_the_timing_and_judges_the_misses_again(tmp
     part("orphan", [dict(shape=[16, 4], manifold="stiefel", variant="lean", timing_only=True, **timing)])
     with pytest.raises(ValueError, match="no earlier part measured"):
         solver_table.merge(tmp_path, ["measured", "orphan"], name="bad")
+
+
+def test_the_rho_scan_walks_each_penalty_against_one_reference(tmp_path):
+    result = solver_table.rho_scan(tmp_path, name="scan", scans={"gram_oblique": [(24, 8)]}, rhos=(0.25, 2.0, 16.0),
+                                   steady=8)
+    rows = result["rows"]
+    assert [r["picture_rho"] for r in rows] == [True, False, False, False]
+    assert [r["rho"] for r in rows] == [8 ** -0.5, 0.25, 2.0, 16.0]
+    assert len({r["muon_e_W_steady_lr0.02"] for r in rows}) == 1                # one stream, one reference
+    e_W = [r["e_W_steady_lr0.02"] for r in rows]
+    assert all(0 <= e < 0.05 for e in e_W) and len(set(e_W)) == 4               # rho acts on the tracked step
+    assert json.loads((tmp_path / "scan.json").read_text())["rows"] == rows
+
+
+def test_the_rho_scan_refuses_bad_input_before_any_work(tmp_path):
+    with pytest.raises(ValueError, match="unknown manifold.*choose from"):
+        solver_table.rho_scan(tmp_path, scans={"sphere": [(24, 8)]})
+    with pytest.raises(ValueError, match="rho must be > 0"):
+        solver_table.rho_scan(tmp_path, rhos=(1.0, 0.0))
+    assert not list(tmp_path.iterdir())

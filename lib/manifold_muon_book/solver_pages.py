@@ -425,6 +425,23 @@ def lean_table(lean: pd.DataFrame):
                                "syncs": "d"})
 
 
+def rho_scan_figure(scan: pd.DataFrame, chosen: float):
+    """The ADMM penalty's scan (``solver_table.rho_scan``): settled e_W as a multiple of Muon's own against rho, a
+    line per weight (the picture's 1/sqrt(n) as a separate marker), ``chosen`` marked."""
+    fig, ax = _plt().subplots(figsize=(7, 4))
+    for (manifold, shape), rows in scan.groupby(["manifold", "shape"], sort=False):
+        grid, pic = rows[~rows["picture_rho"]], rows[rows["picture_rho"]]
+        line, = ax.plot(grid["rho"], grid["settled / Muon's"], marker="o", ms=3, label=f"{manifold} {shape}")
+        ax.plot(pic["rho"], pic["settled / Muon's"], marker="s", ms=7, mfc="none", ls="", color=line.get_color())
+    ax.axvline(chosen, color="0.3", lw=1, ls="--")
+    ax.axhline(2 / 3, color="C3", lw=1, ls=":")
+    ax.set_xscale("log"); ax.set_yscale("log")
+    ax.set_xlabel("ADMM penalty rho (unit-RMS units of the momentum)")
+    ax.set_ylabel("settled e_W at lr 0.02 / Muon's own e_W")
+    ax.legend(loc="lower left", bbox_to_anchor=(1.02, 0.0), fontsize=8)
+    return fig
+
+
 def lean_picture_figure(st: pd.DataFrame):
     """Accuracy (e_W as a multiple of Muon's own) against cost (x a float32 Muon step), every solver and shape."""
     pic_rows = st[st["e_W_lr0.02"].notna()].copy()
