@@ -290,22 +290,23 @@ def oblique_solve(W: torch.Tensor, G: torch.Tensor, warm=None, steps: int = 1, r
     eigh and one float32 eigvalsh (the op-norm, with ``feasible``'s 1e-6 margin); an ADMM iteration two m x n x n
     products (Zp^T Zp, Zp F), one n x n (the shrink factor F) and one eigh (float32, below), its Zp^T Zp and eigh
     those of the certificate under ``certify_first``: six m x n x n products a step by default, five certified
-    first. The picture's step took six m x n products and about twenty n x n ones. And on a square weight the picture
-    divides by W: its coefficients solve (W^T W) K0 = W^T G, and a random square point of the Oblique manifold
+    first. The picture's step took six m x n products and about twenty n x n ones. And on a square weight the
+    picture divides by W: its coefficients solve (W^T W) K0 = W^T G, and a random square point of the Oblique manifold
     has an ill-conditioned W^T W (3.5e8 in chapter 04's draw at n = 128, where the picture's certificate candidate at
     a given multiplier was 12% from the same candidate by an SVD and outside the unit ball by a few 1e-6; this solve's
-    agreed with the SVD's to within 1e-5 with float64 candidate products, 1e-4 with float32 ones). The certificate is in
-    float64 (the float32 entries of W and G are exact there), but for the two products that form its candidate
-    msign(Z) from the float64 V and s, which are in the iterations' precision: the candidate is then made tangent,
-    its op-norm measured and its value <G, A> taken in float64 on the candidate as rounded, so its rounding
-    moves the answer, not the certificate's honesty (measured on the benchmark ``solver_table``, chapter 04,
-    with the fused elementwise work that came with it: e_W six steps in within 5.1% of itself, the settled e_W
-    of the tracked step 0.86-1.24x what it was, all below 0.1% of the weight, the step 0.81-0.97x as long). The ADMM iterations are in float32 on float32 and
-    bfloat16 weights (float64 on float64 ones), as the Gram picture's lean iterations are: they only move the
-    multiplier (and U) that the float64 certificate then judges, and U is returned (and carried) in their
-    precision. Measured on the benchmark ``solver_table``'s streams, against the same iterations in float64: e_W
-    at lr 0.02 (first and settled) moved by at most 0.16% of itself (with the old rho below; with rho = 2 the
-    same to three digits at the CPU presets' widths), and the step's ratio to Muon's fell to 0.62-0.89 of what it
+    agreed with the SVD's to within 1e-5 with float64 candidate products, 1e-4 with float32 ones). The
+    certificate is in float64 (the float32 entries of W and G are exact there), but for the two products that
+    form its candidate msign(Z) from the float64 V and s, which are in the iterations' precision: the candidate
+    is then made tangent, its op-norm measured and its value <G, A> taken in float64 on the candidate as
+    rounded, so its rounding moves the answer, not the certificate's honesty (measured on the benchmark
+    ``solver_table``, chapter 04, with the fused elementwise work that came with it: e_W six steps in within
+    5.1% of itself, the settled e_W of the tracked step 0.86-1.24x what it was, all below 0.1% of the weight,
+    the step 0.81-0.97x as long). The ADMM iterations are in float32 on float32 and bfloat16 weights (float64
+    on float64 ones), as the Gram picture's lean iterations are: they only move the multiplier (and U) that the
+    float64 certificate then judges, and U is returned (and carried) in their precision. Measured on the
+    benchmark ``solver_table``'s streams, against the same iterations in float64: e_W at lr 0.02 (first and
+    settled) moved by at most 0.16% of itself (with the old rho below; with rho = 2 the same to three digits at
+    the CPU presets' widths), and the step's ratio to Muon's fell to 0.62-0.89 of what it
     was on the tall and square weights (chapter 04).
 
     ``rho`` (the ADMM penalty) defaults to ``OBLIQUE_RHO`` = 2 in unit-RMS units of G (``normalize``; in G's own
@@ -315,8 +316,9 @@ def oblique_solve(W: torch.Tensor, G: torch.Tensor, warm=None, steps: int = 1, r
     1/sqrt(n) x {1, ..., 1024} at 384 x 128 and 128 x 128, x {8, 16, 32} at 128 x 512, from 1/sqrt(n) to 9.2 at
     768 x 2304): the settled e_W was smallest at rho = 1.4 (n = 128) and 2.3 (n = 768), 5-24x below
     1/sqrt(n)'s; chapter 04 judges 2 on the table's own streams, and shows the scan run again as a benchmark
-    part on one grid with the library as it is (``solver_table.rho_scan``). The gap is a certificate: the value <G, A> of a feasible A (tangent, op-norm <= 1;
-    one with <G, A> < 0 replaced by 0) against ||G + 2 W Lambda||_* (weak duality)."""
+    part on one grid with the library as it is (``solver_table.rho_scan``). The gap is a certificate: the value
+    <G, A> of a feasible A (tangent, op-norm <= 1; one with <G, A> < 0 replaced by 0) against
+    ||G + 2 W Lambda||_* (weak duality)."""
     return _oblique_solve(W, G, warm, steps, rho, relax, normalize, certify_first)[:5]
 
 

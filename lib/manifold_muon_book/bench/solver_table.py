@@ -415,7 +415,8 @@ def rho_scan(out_dir: Path, name: str = "solver_table_rho_scan", scans=None, rho
             for shape in shapes:
                 shape = tuple(shape)
                 W0 = start_point(shape, manifold, seed)
-                long = [G.to(device()) for G in rotating_stream(shape, steady, generator=torch.Generator().manual_seed(seed))]
+                gen = torch.Generator().manual_seed(seed)
+                long = [G.to(device()) for G in rotating_stream(shape, steady, generator=gen)]
                 ref = reference(M, W0.double().cpu(), long[-1].double().cpu(), long[-1])
                 if ref is None:
                     skipped.append(dict(shape=list(shape), manifold=manifold))
@@ -426,8 +427,9 @@ def rho_scan(out_dir: Path, name: str = "solver_table_rho_scan", scans=None, rho
                     make = lambda p: ManifoldMuon(p, momentum=0.0, nesterov=False, manifold=manifold, **kw)  # noqa: E731
                     W_s, _, _ = walk(make, W0, long, (lr,))
                     e_W = float((W_s[lr].double().cpu() - W_star[lr]).norm() / W_star[lr].norm())
-                    rows.append(dict(shape=list(shape), manifold=manifold, rho=rho, picture_rho=k == 0, steady_steps=steady,
-                                     ref_gap=ref_gap, **{f"e_W_steady_lr{lr}": e_W, f"muon_e_W_steady_lr{lr}": muon_e_W[lr]}))
+                    rows.append(dict(shape=list(shape), manifold=manifold, rho=rho, picture_rho=k == 0,
+                                     steady_steps=steady, ref_gap=ref_gap,
+                                     **{f"e_W_steady_lr{lr}": e_W, f"muon_e_W_steady_lr{lr}": muon_e_W[lr]}))
                     print(f"{str(shape):12s} {manifold:12s} rho {rho:7.3f}  settled e_W {100 * e_W:.3f}% "
                           f"(Muon {100 * muon_e_W[lr]:.3f}%)", flush=True)
     params = dict(scans={m: [list(s) for s in v] for m, v in scans.items()}, rhos=list(rhos), seed=seed,
