@@ -126,6 +126,16 @@ def stream(shape, steps: int, seed: int = 0):
     return G
 
 
+def e_W(W, W_star) -> float:
+    """The relative distance of a stepped weight from the certified reference's, ||W - W*|| / ||W*||."""
+    return float((W.double().cpu() - W_star).norm() / W_star.norm())
+
+
+def steady_stream(shape, steps: int, seed: int):
+    """The stationary ``rotating_stream`` of ``seed``'s along which a tracked solve settles."""
+    return [G.to(device()) for G in rotating_stream(shape, steps, generator=torch.Generator().manual_seed(seed))]
+
+
 def walk(make, W0, grads, lrs):
     """An optimizer on one weight W0 along ``grads``: every step but the last at lr 0 (so W stays W0 and only the
     solver's state, its warm start, follows the stream); then the last momentum at each of ``lrs``, each from a
@@ -291,7 +301,7 @@ def measure(shape, manifold: str, repeats: int, warmup: int, ref_max_n: int, see
     if min(shape) <= ref_max_n and (shape[0] != shape[1] or manifold == "stiefel" or shape[0] <= square_ref_max_n):
         ref = reference(M, Wd, G, grads[-1])  # None: not certified close enough to judge e_W against
         if ref is not None and steady > len(grads):
-            long = [G.to(device()) for G in rotating_stream(shape, steady, generator=torch.Generator().manual_seed(seed + 2))]
+            long = steady_stream(shape, steady, seed + 2)
             steady_ref = reference(M, Wd, long[-1].double().cpu(), long[-1])
     rows = []
     for variant in variants:
@@ -304,14 +314,14 @@ def measure(shape, manifold: str, repeats: int, warmup: int, ref_max_n: int, see
         if ref is not None:
             W_star, muon_e_W, row["ref_gap"] = ref
             for lr in LRS:
-                row[f"e_W_lr{lr}"] = float((W_new[lr].double().cpu() - W_star[lr]).norm() / W_star[lr].norm())
+                row[f"e_W_lr{lr}"] = e_W(W_new[lr], W_star[lr])
                 row[f"muon_e_W_lr{lr}"] = muon_e_W[lr]
         if steady_ref is not None and (kw["inner"] == "lean" or variant in steady_variants):  # settled: a long stream
             W_s, _, _ = walk(make, W0, long, LRS[:1])
             W_star, muon_e_W, _ = steady_ref
             lr = LRS[0]
             row["steady_steps"] = len(long)
-            row[f"e_W_steady_lr{lr}"] = float((W_s[lr].double().cpu() - W_star[lr]).norm() / W_star[lr].norm())
+            row[f"e_W_steady_lr{lr}"] = e_W(W_s[lr], W_star[lr])
             row[f"muon_e_W_steady_lr{lr}"] = muon_e_W[lr]
         if variant == "lean":
             row["target_ratio"] = target(shape, manifold)
@@ -415,8 +425,7 @@ def rho_scan(out_dir: Path, name: str = "solver_table_rho_scan", scans=None, rho
             for shape in shapes:
                 shape = tuple(shape)
                 W0 = start_point(shape, manifold, seed)
-                gen = torch.Generator().manual_seed(seed)
-                long = [G.to(device()) for G in rotating_stream(shape, steady, generator=gen)]
+                long = steady_stream(shape, steady, seed)
                 ref = reference(M, W0.double().cpu(), long[-1].double().cpu(), long[-1])
                 if ref is None:
                     skipped.append(dict(shape=list(shape), manifold=manifold))
@@ -426,11 +435,11 @@ def rho_scan(out_dir: Path, name: str = "solver_table_rho_scan", scans=None, rho
                     kw = dict(VARIANTS["lean_tracked"], rho=rho)
                     make = lambda p: ManifoldMuon(p, momentum=0.0, nesterov=False, manifold=manifold, **kw)  # noqa: E731
                     W_s, _, _ = walk(make, W0, long, (lr,))
-                    e_W = float((W_s[lr].double().cpu() - W_star[lr]).norm() / W_star[lr].norm())
+                    err = e_W(W_s[lr], W_star[lr])
                     rows.append(dict(shape=list(shape), manifold=manifold, rho=rho, picture_rho=k == 0,
                                      steady_steps=steady, ref_gap=ref_gap,
-                                     **{f"e_W_steady_lr{lr}": e_W, f"muon_e_W_steady_lr{lr}": muon_e_W[lr]}))
-                    print(f"{str(shape):12s} {manifold:12s} rho {rho:7.3f}  settled e_W {100 * e_W:.3f}% "
+                                     **{f"e_W_steady_lr{lr}": err, f"muon_e_W_steady_lr{lr}": muon_e_W[lr]}))
+                    print(f"{str(shape):12s} {manifold:12s} rho {rho:7.3f}  settled e_W {100 * err:.3f}% "
                           f"(Muon {100 * muon_e_W[lr]:.3f}%)", flush=True)
     params = dict(scans={m: [list(s) for s in v] for m, v in scans.items()}, rhos=list(rhos), seed=seed,
                   steady=steady, lr=lr, variant=repr(VARIANTS["lean_tracked"]))
