@@ -633,7 +633,8 @@ def _relative_gap(value, bound):
 
 
 def lean_solve(W, G, P, warm=None, steps=1, rho=None, relax=1.8, normalize=True, diagonal=None,
-               polish: int = 0, certify_first: bool = False, tracker: str = "admm", damping=None) -> GramSolve:
+               polish: int = 0, certify_first: bool = False, tracker: str = "admm", damping=None,
+               eigenbasis: bool = False) -> GramSolve:
     """The lean solve: the dual tracked across optimizer steps, a fixed amount of work, no host synchronisation.
 
     From ``warm`` (the previous step's (Lambda, U), U a ``Span`` of this picture or the tall m x n matrix, read
@@ -668,7 +669,10 @@ def lean_solve(W, G, P, warm=None, steps=1, rho=None, relax=1.8, normalize=True,
     ``tracker="newton"``: instead of ADMM iterations, one damped Newton step on the dual from the carried
     multiplier (``newton_track``; ``steps`` is its number of conjugate-gradient steps, ``damping`` the step
     length carried from the last step, 1 at the start), then the certificate at the new multiplier; ``U`` is
-    not used (returned as zeros). Two eigendecompositions a step, as the default order."""
+    not used (returned as zeros). Two eigendecompositions a step, as the default order. ``eigenbasis`` (the caller
+    knows W^T W = c I and P is the identity: Stiefel) solves the Newton system in N's eigenbasis, where the
+    Hessian's first term is diagonal and inverted exactly (``_eigen_cg``), instead of with the Jacobi
+    preconditioner."""
     _check_relax(relax, "lean_solve")
     if tracker not in ("admm", "newton"):
         raise ValueError(f"lean_solve: tracker must be 'admm' or 'newton', got {tracker!r}")
@@ -691,7 +695,7 @@ def lean_solve(W, G, P, warm=None, steps=1, rho=None, relax=1.8, normalize=True,
     rtol = 1e-7 if W.dtype == torch.float64 else 1e-6
     if tracker == "newton":
         t = torch.ones_like(pic.D[..., 0, 0]) if damping is None else damping.to(pic.D.dtype)
-        A, value, bound, AtA, Lambda, t = newton_track(pic, Lambda, t, steps, rtol)
+        A, value, bound, AtA, Lambda, t = newton_track(pic, Lambda, t, steps, rtol, eigenbasis=eigenbasis)
         iterations = torch.full(pic.D.shape[:-2], steps, dtype=torch.long, device=pic.D.device)
         U = Span(torch.zeros_like(pic.D), torch.zeros_like(pic.D))
         return GramSolve(A, pic, Lambda, U, _relative_gap(value, bound), iterations, wide, AtA, t)
@@ -748,8 +752,52 @@ def _hvp(pic: GramPicture, a, V, s, dtype):
     return hvp, DaV, V
 
 
+def _eigen_cg(pic: GramPicture, a, V, s, rtol, cg_steps: int, dtype):
+    """``newton_track``'s Newton direction where W^T W = c I and P is the identity (Stiefel: ``eigenbasis``), by
+    conjugate gradients in N's eigenbasis. There the Hessian's first term, 2 (x N^{-1/2} + N^{-1/2} x) c, is
+    diagonal: x_ij -> 2 c (1/s_i + 1/s_j) x_ij, so its exact inverse is the preconditioner (where the Jacobi
+    one, the diagonal of that term in the weights' basis, is not). With A_hat = V^T D a V (formed once) the
+    gradient is A_hat diag(1/s) + its transpose and a Hessian-vector product is
+    2 sym(c x diag(1/s) - A_hat ((A_hat^T x + x A_hat) o L)), L the Daleckii-Krein matrix of ``_hvp``: two n x n
+    products a CG step (four in ``_hvp``), two more to bring x back. Returns x in the weights' basis, in
+    ``dtype``."""
+    floor = 1e-7 * s[..., -1:].clamp_min(torch.finfo(s.dtype).tiny)
+    sc = torch.maximum(s, floor).to(dtype)
+    L = 1.0 / (sc.unsqueeze(-1) * sc.unsqueeze(-2) * (sc.unsqueeze(-1) + sc.unsqueeze(-2)))
+    inv = (1.0 / sc).unsqueeze(-2)
+    Vd = V.to(dtype)
+    c = torch.diagonal(pic.D, dim1=-2, dim2=-1).mean(-1).to(dtype)[..., None, None]
+    Ah = Vd.mT @ (pic.dmul(a).to(dtype) @ Vd)
+    Y = Ah * inv_sqrt(s, rtol).to(dtype).unsqueeze(-2)
+    r = -(Y + Y.mT)  # -grad f, in the eigenbasis
+    jac = 2 * c * (inv + inv.mT)
+
+    def hvp(x):
+        X = Ah.mT @ x
+        inner = c * x * inv - Ah @ ((X + X.mT) * L)
+        return 2 * (inner + inner.mT)
+
+    x = torch.zeros_like(r)
+    z = r / jac
+    p = z
+    rz = (r * z).sum((-2, -1))
+    tiny = torch.finfo(dtype).tiny
+    for k in range(cg_steps):
+        Ap = hvp(p)
+        curv = (p * Ap).sum((-2, -1))
+        alpha = torch.where((curv > 0) & (rz > 0), rz / curv.clamp_min(tiny), 0)
+        x = x + alpha[..., None, None] * p
+        if k + 1 < cg_steps:  # the last step's residual would only make a direction that is never taken
+            r = r - alpha[..., None, None] * Ap
+            z = r / jac
+            rz_new = (r * z).sum((-2, -1))
+            p = z + torch.where(rz > 0, rz_new / rz.clamp_min(tiny), 0)[..., None, None] * p
+            rz = rz_new
+    return Vd @ x @ Vd.mT
+
+
 def newton_track(pic: GramPicture, Lambda, t, cg_steps: int, rtol, dtype=torch.float32, eig_dtype=torch.float64,
-                 precondition: bool = True):
+                 precondition: bool = True, eigenbasis: bool = False):
     """The lean solve's Newton tracker (``lean_solve(tracker="newton")``): from the carried multiplier ``Lambda``,
     one Newton step on the dual f(Lambda) = ||G + 2 W Lambda||_*, damped by ``t`` (per matrix), then the
     certificate at the new multiplier. Returns (A, value, bound, A^T A, Lambda', t'), A the certificate's
@@ -772,6 +820,8 @@ def newton_track(pic: GramPicture, Lambda, t, cg_steps: int, rtol, dtype=torch.f
     V, s = eig_sqrt(N.to(eig_dtype))
     V, s = V.to(N.dtype), s.to(N.dtype)
     f0 = s.sum(-1)
+    if eigenbasis:
+        return _newton_finish(pic, Lambda, t, _eigen_cg(pic, a, V, s, rtol, cg_steps, dtype), f0, rtol)
     hvp, DaV, Vt = _hvp(pic, a, V, s, dtype)
     grad = 2 * P(_sym((DaV * inv_sqrt(s, rtol).to(dtype).unsqueeze(-2)) @ Vt.mT))
     if precondition:  # Jacobi on the first term of the Hessian, 2 P(D x N^{-1/2} + N^{-1/2} x D): its diagonal
@@ -798,8 +848,13 @@ def newton_track(pic: GramPicture, Lambda, t, cg_steps: int, rtol, dtype=torch.f
         rz_new = (r * z).sum((-2, -1))
         p = z + torch.where(rz > 0, rz_new / rz.clamp_min(tiny), 0)[..., None, None] * p
         rz = rz_new
+    return _newton_finish(pic, Lambda, t, x, f0, rtol)
+
+
+def _newton_finish(pic: GramPicture, Lambda, t, x, f0, rtol):
+    """``newton_track``'s damped step along x, the certificate at the new multiplier and the damping rule."""
     x = torch.nan_to_num(x, nan=0.0, posinf=0.0, neginf=0.0)  # an overflow (a G far from unit scale) moves nothing
-    Lambda1 = Lambda + t[..., None, None] * x.to(Lambda.dtype)  # x is in P's range: grad and Hess f [.] are
+    Lambda1 = Lambda + t[..., None, None] * x.to(Lambda.dtype)  # x is in P's range (grad f and Hess f [.] are)
     A, value, bound, AtA, _ = certificate(pic, Lambda1, None, rtol, fast=True, with_gram=True)
     fell = bound < f0
     Lambda = torch.where(fell[..., None, None], Lambda1, Lambda)

@@ -563,7 +563,8 @@ class ManifoldMuon(MatrixOptimizer):
             damping = torch.stack([s["newton_t"] for s in states])
         sol = lean_solve(W, G, M.gram_projector, warm=warm, steps=group["inner_steps"], rho=group["rho"],
                          normalize=group["normalize"], diagonal=M.diagonal_gram, certify_first=group["certify_first"],
-                         tracker=resolve_tracker(M, group["tracker"], W.shape), damping=damping)
+                         tracker=resolve_tracker(M, group["tracker"], W.shape), damping=damping,
+                         eigenbasis=isinstance(M, Stiefel))
         violation = rms(M.gram_projector(tangent_defect(sol.picture, sol.A)))
         for i, s in enumerate(states):
             s["tangent_violation"], s["duality_gap"], s["inner_iterations"] = violation[i], sol.gap[i], sol.iterations[i]
