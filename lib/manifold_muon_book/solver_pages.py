@@ -442,6 +442,19 @@ def rho_scan_figure(scan: pd.DataFrame, chosen: float):
     return fig
 
 
+def preconditioner_figure(trace: pd.DataFrame):
+    """``solver_table.preconditioner_trace``: the Newton tracker's certified gap on a fixed momentum against the
+    step, a line per preconditioner."""
+    fig, ax = _plt().subplots(figsize=(6, 3.5))
+    for name, rows in trace.groupby("preconditioner", sort=False):
+        ax.plot(rows["step"], rows["gap"], marker="o", ms=3, label=name)
+    ax.set_yscale("log")
+    ax.set_xlabel("optimizer step (the same momentum every step)")
+    ax.set_ylabel("certified relative duality gap")
+    ax.legend(title="one CG step, preconditioned by", fontsize=8)
+    return fig
+
+
 def lean_picture_figure(st: pd.DataFrame):
     """Accuracy (e_W as a multiple of Muon's own) against cost (x a float32 Muon step), every solver and shape."""
     pic_rows = st[st["e_W_lr0.02"].notna()].copy()

@@ -752,15 +752,16 @@ def _hvp(pic: GramPicture, a, V, s, dtype):
     return hvp, DaV, V
 
 
-def _eigen_cg(pic: GramPicture, a, V, s, rtol, cg_steps: int, dtype):
+def _eigen_cg(pic: GramPicture, a, V, s, rtol, cg_steps: int, dtype, stop: float | None = None):
     """``newton_track``'s Newton direction where W^T W = c I and P is the identity (Stiefel: ``eigenbasis``), by
     conjugate gradients in N's eigenbasis. There the Hessian's first term, 2 (x N^{-1/2} + N^{-1/2} x) c, is
     diagonal: x_ij -> 2 c (1/s_i + 1/s_j) x_ij, so its exact inverse is the preconditioner (where the Jacobi
     one, the diagonal of that term in the weights' basis, is not). With A_hat = V^T D a V (formed once) the
     gradient is A_hat diag(1/s) + its transpose and a Hessian-vector product is
     2 sym(c x diag(1/s) - A_hat ((A_hat^T x + x A_hat) o L)), L the Daleckii-Krein matrix of ``_hvp``: two n x n
-    products a CG step (four in ``_hvp``), two more to bring x back. Returns x in the weights' basis, in
-    ``dtype``."""
+    products a CG step (four in ``_hvp``), two more to bring x back. ``stop`` (the exact mode, which may read the
+    host): end early once every residual's squared norm is below ``stop`` times its first. Returns x in the
+    weights' basis, in ``dtype``."""
     floor = 1e-7 * s[..., -1:].clamp_min(torch.finfo(s.dtype).tiny)
     sc = torch.maximum(s, floor).to(dtype)
     L = 1.0 / (sc.unsqueeze(-1) * sc.unsqueeze(-2) * (sc.unsqueeze(-1) + sc.unsqueeze(-2)))
@@ -781,18 +782,22 @@ def _eigen_cg(pic: GramPicture, a, V, s, rtol, cg_steps: int, dtype):
     z = r / jac
     p = z
     rz = (r * z).sum((-2, -1))
+    rr0 = (r * r).sum((-2, -1))
     tiny = torch.finfo(dtype).tiny
     for k in range(cg_steps):
         Ap = hvp(p)
         curv = (p * Ap).sum((-2, -1))
         alpha = torch.where((curv > 0) & (rz > 0), rz / curv.clamp_min(tiny), 0)
         x = x + alpha[..., None, None] * p
-        if k + 1 < cg_steps:  # the last step's residual would only make a direction that is never taken
-            r = r - alpha[..., None, None] * Ap
-            z = r / jac
-            rz_new = (r * z).sum((-2, -1))
-            p = z + torch.where(rz > 0, rz_new / rz.clamp_min(tiny), 0)[..., None, None] * p
-            rz = rz_new
+        if k + 1 == cg_steps:  # the last step's residual would only make a direction that is never taken
+            break
+        r = r - alpha[..., None, None] * Ap
+        if stop is not None and not bool(((r * r).sum((-2, -1)) > stop * rr0).any()):
+            break
+        z = r / jac
+        rz_new = (r * z).sum((-2, -1))
+        p = z + torch.where(rz > 0, rz_new / rz.clamp_min(tiny), 0)[..., None, None] * p
+        rz = rz_new
     return Vd @ x @ Vd.mT
 
 
@@ -808,7 +813,9 @@ def newton_track(pic: GramPicture, Lambda, t, cg_steps: int, rtol, dtype=torch.f
     for the gradient, and on a fixed G the tracker then stalls at a gap of ~3e-4 with its damping collapsing,
     where in float64 it reaches 1e-6), ``cg_steps`` conjugate-gradient steps on Hess f [x] = -grad f (``_hvp``:
     four n x n products each, in ``dtype``, float32: the step only has to be a good direction; a fixed number,
-    no test on the host), and the float64 certificate at Lambda + t x (one eigh, one eigvalsh). Without a host synchronisation the damping adapts per matrix: where the certified bound fell
+    no test on the host; Jacobi-preconditioned, or with ``eigenbasis`` (Stiefel) in N's eigenbasis with the
+    exact inverse of the Hessian's first term, ``_eigen_cg``: measured, on a fixed gradient one such CG step
+    converges to a gap of ~1e-6 where one Jacobi-preconditioned step stalls near 0.1 at n >= 32), and the float64 certificate at Lambda + t x (one eigh, one eigvalsh). Without a host synchronisation the damping adapts per matrix: where the certified bound fell
     below f(Lambda) the new multiplier is carried and t doubles (to at most 1), elsewhere the old one is kept
     and t halves (an undamped step from the carried multiplier diverged in a prototype: chapter 04). Measured
     on the benchmark ``solver_table``'s stationary stream (chapter 04), not proven: the settled e_W on GPT-2
@@ -914,7 +921,8 @@ def _dual_value(pic: GramPicture, Lambda):
     return torch.linalg.eigvalsh(_sym(a.mT @ pic.dmul(a) + pic.R)).clamp_min(0).sqrt().sum(-1)
 
 
-def newton_solve(W, G, P, warm=None, tol=1e-8, steps=40, cg_steps=40, normalize=True) -> GramSolve:
+def newton_solve(W, G, P, warm=None, tol=1e-8, steps=40, cg_steps=40, normalize=True,
+                 eigenbasis: bool = False) -> GramSolve:
     """The exact mode's engine: damped Newton-CG on the dual (see above), in float64, from ``warm`` (a previous
     solve's (Lambda, U)) or the cold tangent-projection start, until the certified relative gap is <= ``tol``
     or after ``steps`` Newton steps. Each step: one eigh (it gives the certificate's msign candidate, the
@@ -922,7 +930,9 @@ def newton_solve(W, G, P, warm=None, tol=1e-8, steps=40, cg_steps=40, normalize=
     and a backtracking line search on f (one eigvalsh per trial). Converges quadratically near the optimum
     where Z* has full rank (measured: gap 2.6e-2, 2.1e-3, 1.6e-5, 7.5e-8 on successive steps); where it does
     not (square DGram and Oblique: Z* is rank-deficient and f is not smooth there) the line search keeps it a
-    descent method. Returns the best certified candidate (the reported gap is a certificate)."""
+    descent method. Returns the best certified candidate (the reported gap is a certificate). ``eigenbasis``
+    (W^T W = c I and P the identity: Stiefel): CG in N's eigenbasis, preconditioned by the exact inverse of the
+    Hessian's first term (``_eigen_cg``, two products a CG step), to the same relative residual."""
     if W.dtype != torch.float64:
         W, G = W.double(), G.double()
     Wt, Gt, wide = _tall_unit(W, G, normalize)
@@ -951,7 +961,10 @@ def newton_solve(W, G, P, warm=None, tol=1e-8, steps=40, cg_steps=40, normalize=
         moving = best_gap > tol
         iterations = iterations + moving
         grad = 2 * P(_sym(pic.dmul(a) @ Y))
-        x = _newton_direction(pic, a, V, s, grad, cg_steps)
+        if eigenbasis:
+            x = _eigen_cg(pic, a, V, s, 1e-10, cg_steps, torch.float64, stop=1e-12)
+        else:
+            x = _newton_direction(pic, a, V, s, grad, cg_steps)
         t = torch.ones_like(f)
         for _ in range(20):  # backtracking: halve where f did not decrease (to rounding), among those still moving
             trial = Lambda + t[..., None, None] * x
@@ -965,16 +978,17 @@ def newton_solve(W, G, P, warm=None, tol=1e-8, steps=40, cg_steps=40, normalize=
 
 
 def exact_solve(W, G, P, warm=None, tol=1e-6, admm_steps=16, newton_steps=30, cg_steps=40, fallback_steps=400,
-                normalize=True) -> GramSolve:
+                normalize=True, eigenbasis: bool = False) -> GramSolve:
     """The exact mode: ``gram_solve`` (warm-started ADMM, ``admm_steps``), then ``newton_solve`` from its multiplier
     where the certificate is above ``tol``, then, where neither certified (a rank-deficient optimum, where the dual
     is not smooth: square DGram), ADMM again up to ``fallback_steps``; per matrix the best certified candidate.
-    The returned gap is a certificate; a matrix can still end above ``tol`` (then the gap says by how much)."""
+    The returned gap is a certificate; a matrix can still end above ``tol`` (then the gap says by how much).
+    ``eigenbasis``: ``newton_solve``'s, for Stiefel."""
     sol = gram_solve(W, G, P, steps=admm_steps, tol=tol, warm=warm, normalize=normalize)
     if bool((sol.gap <= tol).all()):
         return sol
     nt = newton_solve(W, G, P, warm=(sol.Lambda, sol.U), tol=tol, steps=newton_steps, cg_steps=cg_steps,
-                      normalize=normalize)
+                      normalize=normalize, eigenbasis=eigenbasis)
     sol = _better(sol, nt)
     if bool((sol.gap <= tol).all()) or not fallback_steps:
         return sol

@@ -419,7 +419,8 @@ class ManifoldMuon(MatrixOptimizer):
             it is refused).
         tracker: lean only: how the multiplier is carried from step to step, "admm" (``inner_steps`` ADMM
             iterations), "newton" (one damped Newton step on the dual with ``inner_steps`` preconditioned
-            conjugate-gradient steps, ``inner_solvers.newton_track``) or "auto" (the default: "newton" on
+            conjugate-gradient steps, ``inner_solvers.newton_track``; on Stiefel in N's eigenbasis, where the
+            Hessian's first term is diagonal, elsewhere Jacobi-preconditioned) or "auto" (the default: "newton" on
             rectangular DGram weights, "admm" elsewhere, ``resolve_tracker``). "newton" (and "auto" on DGram)
             needs warm_start and inner_steps >= 1 and refuses certify_first and rho.
         alpha: dual-ascent step (linear decay to 0), read by post / dual_ascent; rho: ADMM penalty
@@ -529,7 +530,8 @@ class ManifoldMuon(MatrixOptimizer):
         M = group["manifold"]
         warm = self._warm(group, states)
         if group["inner"] == "exact":
-            sol = exact_solve(W, G, M.gram_projector, warm=warm, tol=group["tol"], admm_steps=group["inner_steps"])
+            sol = exact_solve(W, G, M.gram_projector, warm=warm, tol=group["tol"], admm_steps=group["inner_steps"],
+                              eigenbasis=isinstance(M, Stiefel))
         else:
             sol = gram_solve(W, G, M.gram_projector, steps=group["inner_steps"], tol=group["tol"], rho=group["rho"],
                              warm=warm)

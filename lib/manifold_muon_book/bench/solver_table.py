@@ -60,7 +60,7 @@ from manifold_muon.manifolds import get_manifold
 from manifold_muon.msign import msign
 from manifold_muon.opcount import OpCounter
 from manifold_muon.optim import ManifoldMuon, Muon
-from manifold_muon.optim.inner_solvers import exact_solve
+from manifold_muon.optim.inner_solvers import exact_solve, lean_solve
 from manifold_muon_lab.provenance import Stopwatch
 from .common import CPU_SHAPES, GPT2_SHAPES, device, one_cpu_thread, write_result
 from .momenta import correlated, rotating_stream, synthetic_momentum
@@ -270,7 +270,8 @@ def reference(M, Wd, G, lr_grads):
     """The certified float64 step from (Wd, G): {lr: W+*}, Muon's own e_W {lr: ...} on G (``lr_grads``: the same
     momentum as the optimizers received it, float32) and the reference's certified gap; None where the exact mode
     does not certify it to 1e-5 (a rank-deficient optimum: square DGram, Oblique)."""
-    ref = exact_solve(Wd, G, M.gram_projector, tol=REF_TOL, newton_steps=40, fallback_steps=400)
+    ref = exact_solve(Wd, G, M.gram_projector, tol=REF_TOL, newton_steps=40, fallback_steps=400,
+                      eigenbasis=M.name == "stiefel")
     if float(ref.gap.max()) > 1e-5:
         return None
     exact_msign, ns = msign(G, "svd"), msign(lr_grads.cpu(), "newton_schulz", 5, torch.float32).double()
@@ -398,6 +399,27 @@ def main(out_dir: Path, quick: bool = False, ref_max_n: int = 768, exact_max_n: 
 TUNING_SEED = 7
 RHO_GRID = tuple(2.0 ** (j / 2) for j in range(-6, 9))  # 0.125 to 16, in unit-RMS units of the momentum
 RHO_SCANS = {"gram_oblique": [(128, 128), (384, 128), (128, 512), (768, 2304)]}
+
+
+def preconditioner_trace(shape=(384, 128), steps: int = 30, seed: int = TUNING_SEED) -> list[dict]:
+    """Stiefel's Newton tracker (one CG step a step, ``lean_solve(tracker="newton")``) on one momentum repeated,
+    its Newton system preconditioned by Jacobi (``eigenbasis=False``, the diagonal of the Hessian's first term in
+    the weights' basis) and solved in N's eigenbasis (``eigenbasis=True``, that term's exact inverse, what the
+    optimizer takes on Stiefel): the certified relative gap after each step, rows (preconditioner, step, gap). A
+    tracker must converge where its target stands still; the stream the table judges moves. Seed ``TUNING_SEED``'s
+    momentum and start point, which the table does not judge."""
+    M = get_manifold("stiefel")
+    W = start_point(shape, "stiefel", seed).cpu()
+    G = stream(shape, 1, seed)[0]
+    rows = []
+    for name, eigenbasis in (("Jacobi", False), ("eigenbasis", True)):
+        warm = t = None
+        for k in range(1, steps + 1):
+            sol = lean_solve(W, G, M.gram_projector, warm=warm, steps=1, diagonal=True, tracker="newton", damping=t,
+                             eigenbasis=eigenbasis)
+            warm, t = (sol.Lambda, sol.U), sol.damping
+            rows.append(dict(preconditioner=name, step=k, gap=float(sol.gap)))
+    return rows
 
 
 def rho_scan(out_dir: Path, name: str = "solver_table_rho_scan", scans=None, rhos=RHO_GRID, seed: int = TUNING_SEED,
