@@ -116,3 +116,14 @@ def test_the_preconditioner_trace_shows_the_eigenbasis_newton_step_converging_wh
     assert [r["step"] for r in rows] == list(range(1, 21)) * 2
     gaps = {name: [r["gap"] for r in rows if r["preconditioner"] == name] for name in ("Jacobi", "eigenbasis")}
     assert min(gaps["eigenbasis"][-5:]) < 1e-4 and min(gaps["Jacobi"]) > 1e-2
+
+
+def test_reference_times_compares_both_newton_bases_on_the_same_problem(tmp_path):
+    out = solver_table.reference_times(tmp_path, name="rt", shapes=[(24, 8)], rounds=2)
+    (row,) = out["rows"]
+    assert row["shape"] == [24, 8] and row["rounds"] == 2
+    assert row["eigenbasis_gap"] <= solver_table.REF_TOL and row["weights_basis_gap"] <= solver_table.REF_TOL
+    assert row["ratio"] == row["eigenbasis_s"] / row["weights_basis_s"] > 0
+    assert json.loads((tmp_path / "rt.json").read_text())["rows"] == out["rows"]
+    with pytest.raises(ValueError, match="rounds"):
+        solver_table.reference_times(tmp_path, name="rt", shapes=[(24, 8)], rounds=0)

@@ -468,6 +468,46 @@ def rho_scan(out_dir: Path, name: str = "solver_table_rho_scan", scans=None, rho
     return write_result(out_dir, name, dict(rows=rows, skipped=skipped), params, sw.seconds)
 
 
+def reference_times(out_dir: Path, name: str = "solver_table_reference_times", shapes=None, rounds: int = 1) -> dict:
+    """What the benchmark's certified reference costs on rectangular Stiefel (``reference``'s ``exact_solve``, float64,
+    gap <= ``REF_TOL`` asked), with its Newton systems solved in N's eigenbasis (``eigenbasis=True``, what
+    ``reference`` takes) and in the weights' basis (the CG of ``newton_solve`` before 2026-12-04), timed one after
+    the other on the same (W, G), ``rounds`` times each (the order alternating), on one thread. Rows: shape, each
+    one's median seconds, its certified gap and Newton steps, and the ratio. Default shapes: the table's
+    rectangular ones."""
+    import statistics
+    import time
+
+    shapes = [tuple(s) for s in (shapes or [s for s in CPU_SHAPES + [(384, 128)] + GPT2_SHAPES if s[0] != s[1]])]
+    if rounds < 1:
+        raise ValueError(f"reference_times: rounds must be >= 1, got {rounds}")
+    M = get_manifold("stiefel")
+    rows = []
+    with one_cpu_thread(), Stopwatch() as sw:
+        for shape in shapes:
+            Wd = start_point(shape, "stiefel").double().cpu()
+            G = stream(shape, 6)[-1].double().cpu()
+            took, sols = {False: [], True: []}, {}
+            for k in range(rounds):
+                for eigenbasis in ((False, True) if k % 2 == 0 else (True, False)):
+                    t0 = time.perf_counter()
+                    sols[eigenbasis] = exact_solve(Wd, G, M.gram_projector, tol=REF_TOL, newton_steps=40,
+                                                   fallback_steps=400, eigenbasis=eigenbasis)
+                    took[eigenbasis].append(time.perf_counter() - t0)
+            row = dict(shape=list(shape), rounds=rounds)
+            for eigenbasis, key in ((True, "eigenbasis"), (False, "weights_basis")):
+                row[f"{key}_s"] = statistics.median(took[eigenbasis])
+                row[f"{key}_gap"] = float(sols[eigenbasis].gap.max())
+                row[f"{key}_steps"] = int(sols[eigenbasis].iterations.max())
+            row["ratio"] = row["eigenbasis_s"] / row["weights_basis_s"]
+            rows.append(row)
+            print(f"{str(shape):12s} reference {row['eigenbasis_s']:8.2f} s in the eigenbasis, "
+                  f"{row['weights_basis_s']:8.2f} s in the weights' basis ({row['ratio']:.2f}x; gaps "
+                  f"{row['eigenbasis_gap']:.1e} / {row['weights_basis_gap']:.1e})", flush=True)
+    params = dict(shapes=[list(s) for s in shapes], rounds=rounds, tol=REF_TOL, manifold="stiefel")
+    return write_result(out_dir, name, dict(rows=rows), params, sw.seconds)
+
+
 TIMING_KEYS = ("seconds", "muon_fp32_s", "ratio", "ratio_q1", "ratio_q3", "timing_rounds")
 
 
