@@ -451,7 +451,7 @@ def preconditioner_figure(trace: pd.DataFrame):
     ax.set_yscale("log")
     ax.set_xlabel("optimizer step (the same momentum every step)")
     ax.set_ylabel("certified relative duality gap")
-    ax.legend(title="one CG step, preconditioned by", fontsize=8)
+    ax.legend(title="one CG step, preconditioned by", fontsize=8, title_fontsize=8)
     return fig
 
 
