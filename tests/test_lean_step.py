@@ -205,7 +205,7 @@ def test_newton_certifies_quickly_and_agrees_with_admm(name, shape):
 def test_stiefel_newton_in_the_eigenbasis_certifies_the_same_optimum_in_fewer_products(shape):
     """``newton_solve(eigenbasis=True)`` (Stiefel's exact mode: CG in N's eigenbasis, preconditioned by the exact
     inverse of the Hessian's first term) certifies a relative gap <= 1e-8 from the cold start, lands on the optimum
-    the Jacobi-free CG of the weights' basis lands on, and spends fewer n x n products doing it."""
+    the unpreconditioned CG of the weights' basis lands on, and spends fewer n x n products doing it."""
     from manifold_muon.optim.inner_solvers import newton_solve
 
     g = torch.Generator().manual_seed(sum(shape))

@@ -757,8 +757,8 @@ def _eigen_cg(pic: GramPicture, a, V, s, rtol, cg_steps: int, dtype, stop: float
     conjugate gradients in N's eigenbasis. There the Hessian's first term, 2 (x N^{-1/2} + N^{-1/2} x) c, is
     diagonal: x_ij -> 2 c (1/s_i + 1/s_j) x_ij, so its exact inverse is the preconditioner (where the Jacobi
     one, the diagonal of that term in the weights' basis, is not). With A_hat = V^T D a V (formed once) the
-    gradient is A_hat diag(1/s) + its transpose and a Hessian-vector product is
-    2 sym(c x diag(1/s) - A_hat ((A_hat^T x + x A_hat) o L)), L the Daleckii-Krein matrix of ``_hvp``: two n x n
+    gradient is A_hat diag(1/s) + its transpose and a Hessian-vector product is 2 (I + I^T),
+    I = c x diag(1/s) - A_hat ((A_hat^T x + x A_hat) o L), L the Daleckii-Krein matrix of ``_hvp``: two n x n
     products a CG step (four in ``_hvp``), two more to bring x back. ``stop`` (the exact mode, which may read the
     host): end early once every residual's squared norm is below ``stop`` times its first. Returns x in the
     weights' basis, in ``dtype``."""
@@ -815,7 +815,9 @@ def newton_track(pic: GramPicture, Lambda, t, cg_steps: int, rtol, dtype=torch.f
     four n x n products each, in ``dtype``, float32: the step only has to be a good direction; a fixed number,
     no test on the host; Jacobi-preconditioned, or with ``eigenbasis`` (Stiefel) in N's eigenbasis with the
     exact inverse of the Hessian's first term, ``_eigen_cg``: measured, on a fixed gradient one such CG step
-    converges to a gap of ~1e-6 where one Jacobi-preconditioned step stalls near 0.1 at n >= 32), and the float64 certificate at Lambda + t x (one eigh, one eigvalsh). Without a host synchronisation the damping adapts per matrix: where the certified bound fell
+    converges to a gap of ~1e-6 where one Jacobi-preconditioned step stalls near 0.1 at n >= 32), and the
+    float64 certificate at Lambda + t x (one eigh, one eigvalsh). Without a host synchronisation the damping
+    adapts per matrix: where the certified bound fell
     below f(Lambda) the new multiplier is carried and t doubles (to at most 1), elsewhere the old one is kept
     and t halves (an undamped step from the carried multiplier diverged in a prototype: chapter 04). Measured
     on the benchmark ``solver_table``'s stationary stream (chapter 04), not proven: the settled e_W on GPT-2
@@ -960,11 +962,10 @@ def newton_solve(W, G, P, warm=None, tol=1e-8, steps=40, cg_steps=40, normalize=
             break
         moving = best_gap > tol
         iterations = iterations + moving
-        grad = 2 * P(_sym(pic.dmul(a) @ Y))
-        if eigenbasis:
+        if eigenbasis:  # (it forms the gradient in the eigenbasis itself)
             x = _eigen_cg(pic, a, V, s, 1e-10, cg_steps, torch.float64, stop=1e-12)
         else:
-            x = _newton_direction(pic, a, V, s, grad, cg_steps)
+            x = _newton_direction(pic, a, V, s, 2 * P(_sym(pic.dmul(a) @ Y)), cg_steps)
         t = torch.ones_like(f)
         for _ in range(20):  # backtracking: halve where f did not decrease (to rounding), among those still moving
             trial = Lambda + t[..., None, None] * x
