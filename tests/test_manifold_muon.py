@@ -109,22 +109,27 @@ def test_wide_and_square_stay_on_manifold(inner, shape):
     assert M.residual(W).item() < 1e-5
 
 
-def test_same_shape_matrices_are_batched_like_single_ones():
+@pytest.mark.parametrize("kw", [{}, dict(inner="exact"),
+                                dict(inner="lean", tracker="newton", inner_steps=1, warm_start=True)])
+def test_same_shape_matrices_are_batched_like_single_ones(kw):
+    """Same-shape weights stepped as one batch land where each would alone, over three steps (the warm-started
+    solvers carry per-weight state): the default, the exact mode and the Newton tracker (on Stiefel both solve
+    their Newton systems in N's eigenbasis, per matrix of the batch)."""
     g = torch.Generator().manual_seed(0)
     M = get_manifold("stiefel")
     init = M.random_point((2, 6, 3), generator=g, dtype=torch.float64)
-    grads = torch.randn(2, 6, 3, generator=g, dtype=torch.float64)
+    grads = torch.randn(3, 2, 6, 3, generator=g, dtype=torch.float64)
     together = [torch.nn.Parameter(w.clone()) for w in init]
-    opt = ManifoldMuon(together, lr=0.1)
-    for p, gr in zip(together, grads):
-        p.grad = gr.clone()
-    opt.step()
-    for w, gr, p in zip(init, grads, together):
-        alone = torch.nn.Parameter(w.clone())
-        o = ManifoldMuon([alone], lr=0.1)
-        alone.grad = gr.clone()
-        o.step()
-        assert torch.allclose(alone, p, atol=1e-10)
+    alone = [torch.nn.Parameter(w.clone()) for w in init]
+    opt = ManifoldMuon(together, lr=0.1, **kw)
+    solo = [ManifoldMuon([a], lr=0.1, **kw) for a in alone]
+    for step in grads:
+        for p, a, o, gr in zip(together, alone, solo, step):
+            p.grad, a.grad = gr.clone(), gr.clone()
+            o.step()
+        opt.step()
+    for a, p in zip(alone, together):
+        assert torch.allclose(a, p, atol=1e-10)
 
 
 def test_groups_carry_their_own_manifold_and_state_dict_round_trips():
