@@ -778,27 +778,36 @@ def _eigen_cg(pic: GramPicture, a, V, s, rtol, cg_steps: int, dtype, stop: float
         inner = c * x * inv - Ah @ ((X + X.mT) * L)
         return 2 * (inner + inner.mT)
 
+    x = _pcg(hvp, r, lambda r: r / jac, cg_steps, stop)
+    return Vd @ x @ Vd.mT
+
+
+def _pcg(hvp, r, pre, steps: int, stop: float | None = None):
+    """Preconditioned conjugate gradients on Hess [x] = r from x = 0, every matrix of the batch together: ``steps``
+    steps (a matrix whose r^T z reaches 0 stops moving), or fewer with ``stop``, once every residual's squared
+    norm is below ``stop`` times its first (a host read a step: the exact mode only). The residual after the last
+    step is not formed (it would only make a direction that is never taken)."""
     x = torch.zeros_like(r)
-    z = r / jac
+    z = pre(r)
     p = z
     rz = (r * z).sum((-2, -1))
     rr0 = (r * r).sum((-2, -1))
-    tiny = torch.finfo(dtype).tiny
-    for k in range(cg_steps):
+    tiny = torch.finfo(r.dtype).tiny
+    for k in range(steps):
         Ap = hvp(p)
         curv = (p * Ap).sum((-2, -1))
         alpha = torch.where((curv > 0) & (rz > 0), rz / curv.clamp_min(tiny), 0)
         x = x + alpha[..., None, None] * p
-        if k + 1 == cg_steps:  # the last step's residual would only make a direction that is never taken
+        if k + 1 == steps:
             break
         r = r - alpha[..., None, None] * Ap
         if stop is not None and not bool(((r * r).sum((-2, -1)) > stop * rr0).any()):
             break
-        z = r / jac
+        z = pre(r)
         rz_new = (r * z).sum((-2, -1))
         p = z + torch.where(rz > 0, rz_new / rz.clamp_min(tiny), 0)[..., None, None] * p
         rz = rz_new
-    return Vd @ x @ Vd.mT
+    return x
 
 
 def newton_track(pic: GramPicture, Lambda, t, cg_steps: int, rtol, dtype=torch.float32, eig_dtype=torch.float64,
@@ -841,23 +850,7 @@ def newton_track(pic: GramPicture, Lambda, t, cg_steps: int, rtol, dtype=torch.f
         pre = lambda r: r / jac  # noqa: E731
     else:
         pre = lambda r: r  # noqa: E731
-    x = torch.zeros_like(grad)
-    r = -grad
-    z = pre(r)
-    p = z
-    rz = (r * z).sum((-2, -1))
-    tiny = torch.finfo(dtype).tiny
-    for _ in range(cg_steps):  # (P)CG, a fixed number of steps; a converged matrix (rz ~ 0) stops moving
-        Ap = hvp(p)
-        curv = (p * Ap).sum((-2, -1))
-        alpha = torch.where((curv > 0) & (rz > 0), rz / curv.clamp_min(tiny), 0)
-        x = x + alpha[..., None, None] * p
-        r = r - alpha[..., None, None] * Ap
-        z = pre(r)
-        rz_new = (r * z).sum((-2, -1))
-        p = z + torch.where(rz > 0, rz_new / rz.clamp_min(tiny), 0)[..., None, None] * p
-        rz = rz_new
-    return _newton_finish(pic, Lambda, t, x, f0, rtol)
+    return _newton_finish(pic, Lambda, t, _pcg(hvp, -grad, pre, cg_steps), f0, rtol)
 
 
 def _newton_finish(pic: GramPicture, Lambda, t, x, f0, rtol):

@@ -113,6 +113,7 @@ VARIANTS["lean_tracked_coef"] = VARIANTS["lean_tracked"]
 # part's file (chapter 04); ``merge`` leaves them out of the table
 COMPARISONS = ("lean_first", "lean_picture", "gram_admm_coef", "lean_tracked_coef")
 TABLE_VARIANTS = tuple(v for v in VARIANTS if v not in COMPARISONS)
+TABLE_SHAPES = CPU_SHAPES + [(384, 128)] + GPT2_SHAPES  # the weights the table judges
 LRS = (0.02, 0.1)
 STEADY = 64  # the stream length at which the tracked (lean) solves' steady-state e_W is measured
 REF_TOL = 1e-7  # the reference's certified relative gap (asked); e_W is reported only where it reaches 1e-5
@@ -361,7 +362,7 @@ def main(out_dir: Path, quick: bool = False, ref_max_n: int = 768, exact_max_n: 
         shapes, repeats, warmup, steady = [(48, 16), (16, 16)], 1, 1, 6 if steady is None else steady
         timing = dict(dict(warmup=1, min_rounds=3, max_rounds=3, budget_s=0.0), **(timing or {}))
     else:
-        shapes, repeats, warmup = shapes or (CPU_SHAPES + [(384, 128)] + GPT2_SHAPES), repeats or 2, warmup or 3
+        shapes, repeats, warmup = shapes or TABLE_SHAPES, repeats or 2, warmup or 3
         steady = STEADY if steady is None else steady
     if device().type == "cuda":
         shapes = GPT2_SHAPES  # the shapes the GPU is for
@@ -478,7 +479,7 @@ def reference_times(out_dir: Path, name: str = "solver_table_reference_times", s
     import statistics
     import time
 
-    shapes = [tuple(s) for s in (shapes or [s for s in CPU_SHAPES + [(384, 128)] + GPT2_SHAPES if s[0] != s[1]])]
+    shapes = [tuple(s) for s in (shapes or [s for s in TABLE_SHAPES if s[0] != s[1]])]
     if rounds < 1:
         raise ValueError(f"reference_times: rounds must be >= 1, got {rounds}")
     M = get_manifold("stiefel")
