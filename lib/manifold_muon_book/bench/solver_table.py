@@ -56,7 +56,7 @@ from pathlib import Path
 
 import torch
 
-from manifold_muon.manifolds import get_manifold
+from manifold_muon.manifolds import Stiefel, get_manifold
 from manifold_muon.msign import msign
 from manifold_muon.opcount import OpCounter
 from manifold_muon.optim import ManifoldMuon, Muon
@@ -267,12 +267,18 @@ def target(shape, manifold):
     return 3.0 if square else 2.5
 
 
+def reference_solve(M, Wd, G, eigenbasis: bool | None = None):
+    """The benchmark's certified float64 solve (the exact mode, gap <= ``REF_TOL`` asked); ``eigenbasis``: its Newton
+    systems in N's eigenbasis, by default on Stiefel (as the optimizer's exact mode takes them)."""
+    eigenbasis = isinstance(M, Stiefel) if eigenbasis is None else eigenbasis
+    return exact_solve(Wd, G, M.gram_projector, tol=REF_TOL, newton_steps=40, fallback_steps=400, eigenbasis=eigenbasis)
+
+
 def reference(M, Wd, G, lr_grads):
     """The certified float64 step from (Wd, G): {lr: W+*}, Muon's own e_W {lr: ...} on G (``lr_grads``: the same
     momentum as the optimizers received it, float32) and the reference's certified gap; None where the exact mode
     does not certify it to 1e-5 (a rank-deficient optimum: square DGram, Oblique)."""
-    ref = exact_solve(Wd, G, M.gram_projector, tol=REF_TOL, newton_steps=40, fallback_steps=400,
-                      eigenbasis=M.name == "stiefel")
+    ref = reference_solve(M, Wd, G)
     if float(ref.gap.max()) > 1e-5:
         return None
     exact_msign, ns = msign(G, "svd"), msign(lr_grads.cpu(), "newton_schulz", 5, torch.float32).double()
@@ -470,7 +476,7 @@ def rho_scan(out_dir: Path, name: str = "solver_table_rho_scan", scans=None, rho
 
 
 def reference_times(out_dir: Path, name: str = "solver_table_reference_times", shapes=None, rounds: int = 1) -> dict:
-    """What the benchmark's certified reference costs on rectangular Stiefel (``reference``'s ``exact_solve``, float64,
+    """What the benchmark's certified reference costs on rectangular Stiefel (``reference_solve``, float64,
     gap <= ``REF_TOL`` asked), with its Newton systems solved in N's eigenbasis (``eigenbasis=True``, what
     ``reference`` takes) and in the weights' basis (the CG of ``newton_solve`` before 2026-12-04), timed one after
     the other on the same (W, G), ``rounds`` times each (the order alternating), on one thread. Rows: shape, each
@@ -492,8 +498,7 @@ def reference_times(out_dir: Path, name: str = "solver_table_reference_times", s
             for k in range(rounds):
                 for eigenbasis in ((False, True) if k % 2 == 0 else (True, False)):
                     t0 = time.perf_counter()
-                    sols[eigenbasis] = exact_solve(Wd, G, M.gram_projector, tol=REF_TOL, newton_steps=40,
-                                                   fallback_steps=400, eigenbasis=eigenbasis)
+                    sols[eigenbasis] = reference_solve(M, Wd, G, eigenbasis)
                     took[eigenbasis].append(time.perf_counter() - t0)
             row = dict(shape=list(shape), rounds=rounds)
             for eigenbasis, key in ((True, "eigenbasis"), (False, "weights_basis")):
