@@ -136,4 +136,5 @@ def test_sso_fso_state_is_tensors_and_one_host_read_per_bisection_round():
     with OpCounter(big=48) as ops:
         opt.step()
     assert torch.is_tensor(opt.state[W]["lambda"]) and torch.is_tensor(opt.state[W]["h"])
-    assert ops.counts["sync"] == 4 + 1  # each round's stopping test, and the step's one read
+    # each round's stopping test, and the step's one read (besides the checks inside torch's SVDs, opcount)
+    assert ops.counts["sync"] - ops.counts["sync_checked"] == 4 + 1

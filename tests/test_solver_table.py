@@ -127,3 +127,27 @@ def test_reference_times_compares_both_newton_bases_on_the_same_problem(tmp_path
     assert json.loads((tmp_path / "rt.json").read_text())["rows"] == out["rows"]
     with pytest.raises(ValueError, match="rounds"):
         solver_table.reference_times(tmp_path, name="rt", shapes=[(24, 8)], rounds=0)
+
+
+def test_a_recounted_part_replaces_only_the_operation_counts(tmp_path):
+    """``recount`` takes a table's counts again with today's counter (here a quick table's: the square Stiefel lean
+    step's one eigendecomposition reads the host once more than the guard), and ``merge`` lays them over the rows,
+    leaving timing, accuracy and misses as they were; a bad selection is refused before any work."""
+    solver_table.main(tmp_path, quick=True, shapes=None, manifolds=("stiefel",), variants=("lean",), name="quick")
+    table = json.loads((tmp_path / "quick.json").read_text())
+    for r in table["rows"]:
+        r["ops"] = {k: v for k, v in r["ops"].items() if k not in ("sync", "sync_checked")}  # as an old counter's
+    (tmp_path / "quick.json").write_text(json.dumps(table))
+    with pytest.raises(ValueError, match="unknown variant"):
+        solver_table.recount(tmp_path, table="quick", variants=("fast",))
+    with pytest.raises(ValueError, match="no row of quick"):
+        solver_table.recount(tmp_path, table="quick", shapes=[(3, 3)])
+    solver_table.recount(tmp_path, table="quick", name="ops")
+    merged = solver_table.merge(tmp_path, ["quick", "ops"], name="both")
+    square = next(r for r in merged["rows"] if r["shape"] == [16, 16])
+    assert square["ops"]["sync"] == 2 and square["ops"]["sync_checked"] == 1 == square["ops"]["eigh"]
+    assert square["ops_part"] == "ops"
+    before = {(tuple(r["shape"]), r["variant"]): r for r in table["rows"]}
+    for r in merged["rows"]:
+        old = before[(tuple(r["shape"]), r["variant"])]
+        assert r["ratio"] == old["ratio"] and r["misses"] == old["misses"] and r["gap"] == old["gap"]

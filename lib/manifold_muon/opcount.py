@@ -1,9 +1,23 @@
 """Count what an optimizer step costs on a GPU: matrix products by size, eigendecompositions, SVDs, and
-host synchronisations (a tensor read into Python: ``bool``, ``float``, ``int``, ``.item()``, ``.tolist()``).
+host synchronisations.
 
     with OpCounter(big=m) as ops:      # a product is "full-size" when an operand has a dimension >= big
         opt.step()
-    ops.counts  # {"matmul_full": .., "matmul_small": .., "eigh": .., "eigvalsh": .., "svd": .., "sync": ..}
+    ops.counts  # {"matmul_full": .., "matmul_small": .., "eigh": .., "eigvalsh": .., "svd": .., "cholesky": ..,
+                #  "sync": .., "sync_checked": ..}
+
+Host synchronisations (``sync``) are of two kinds. A tensor read into Python (``bool``, ``float``, ``int``,
+``.item()``, ``.tolist()``, ``__index__``), which the code shows. And a read the code does not show
+(``sync_checked``, counted in ``sync`` too): PyTorch's checked linear algebra reads its LAPACK / cuSOLVER status
+(``info``) on the host after the call, to raise on a failed factorisation (``at::_linalg_check_errors``:
+``infos.any().item()``), so every call of ``torch.linalg.eigh``, ``eigvalsh``, ``svd``, ``svdvals``,
+``cholesky``, ``solve``, ``inv``, ``matrix_norm(ord=2)`` and ``torch.cholesky_solve`` waits for the device,
+once per call (a batched call once for its whole batch). Their ``_ex`` forms (``cholesky_ex``, ``solve_ex``,
+``inv_ex``) return the status as a tensor and read less or nothing, and ``solve_triangular`` reads nothing.
+``CHECKED_READS`` holds how many reads each makes; ``tests/test_opcount.py`` pins every entry against the
+profiler's count of ``aten::_local_scalar_dense`` (the read itself) under the installed torch, on the CPU, and
+checks that the counter's total equals the profiler's for whole optimizer steps. The CPU runs the same checks
+as CUDA (one code path for both in ``BatchLinearAlgebra.cpp``); that CUDA reads as many was not measured here.
 
 It is a ``TorchFunctionMode``: it sees every torch call made in Python while it is active and changes none.
 """
@@ -15,14 +29,29 @@ from collections import Counter
 import torch
 from torch.overrides import TorchFunctionMode
 
-__all__ = ["OpCounter"]
+__all__ = ["OpCounter", "CHECKED_READS"]
 
 _MATMUL = {torch.matmul, torch.Tensor.__matmul__, torch.Tensor.__rmatmul__, torch.mm, torch.bmm, torch.addmm,
            torch.baddbmm, torch.Tensor.matmul, torch.Tensor.mm, torch.Tensor.bmm}
 _DECOMP = {torch.linalg.eigh: "eigh", torch.linalg.eigvalsh: "eigvalsh", torch.linalg.svd: "svd",
-           torch.linalg.svdvals: "svd", torch.linalg.cholesky: "cholesky", torch.linalg.qr: "qr"}
+           torch.linalg.svdvals: "svd", torch.linalg.cholesky: "cholesky", torch.linalg.cholesky_ex: "cholesky",
+           torch.linalg.qr: "qr"}
 _SYNC = {torch.Tensor.__bool__, torch.Tensor.__float__, torch.Tensor.__int__, torch.Tensor.item, torch.Tensor.tolist,
          torch.Tensor.__index__}
+# host reads inside one call of a checked linear-algebra function (measured with torch's profiler on the CPU,
+# pinned by tests/test_opcount.py)
+CHECKED_READS = {torch.linalg.eigh: 1, torch.linalg.eigvalsh: 1, torch.linalg.svd: 1, torch.linalg.svdvals: 1,
+                 torch.linalg.cholesky: 1, torch.cholesky_solve: 1, torch.linalg.solve: 3, torch.linalg.inv: 3,
+                 torch.linalg.solve_ex: 2, torch.linalg.inv_ex: 2, torch.linalg.cholesky_ex: 0,
+                 torch.linalg.solve_triangular: 0, torch.linalg.qr: 0}
+_SPECTRAL_ORDS = (2, -2, "nuc")  # matrix_norm through singular values (svdvals: one read); "fro" and 1, inf read none
+
+
+def _checked_reads(func, args, kwargs) -> int:
+    if func is torch.linalg.matrix_norm:
+        ord_ = kwargs.get("ord", args[1] if len(args) > 1 else "fro")
+        return int(ord_ in _SPECTRAL_ORDS)
+    return CHECKED_READS.get(func, 0)
 
 
 class OpCounter(TorchFunctionMode):
@@ -40,6 +69,10 @@ class OpCounter(TorchFunctionMode):
         elif func in _DECOMP:
             A = args[0]
             self.counts[_DECOMP[func]] += A[..., 0, 0].numel()
-        elif func in _SYNC:
+        if func in _SYNC:
             self.counts["sync"] += 1
+        reads = _checked_reads(func, args, kwargs)
+        if reads:
+            self.counts["sync"] += reads
+            self.counts["sync_checked"] += reads
         return func(*args, **kwargs)

@@ -387,11 +387,13 @@ def iteration_cap_summary(capb: dict, default_cap: int):
 
 def solver_table_rows(table_b: dict):
     """The benchmark ``solver_table``: ``(st, lean)``, every row with its eigendecompositions, host synchronisations
-    and m x n products counted, and the lean step's rows with e_W as a multiple of Muon's own."""
+    (``syncs``; ``checked``: those inside torch's checked linear algebra, ``manifold_muon.opcount``) and m x n
+    products counted, and the lean step's rows with e_W as a multiple of Muon's own."""
     st = pd.DataFrame(table_b["rows"])
     st["shape"] = st["shape"].map(lambda s: f"{s[0]}x{s[1]}")
     st["eigh"] = st["ops"].map(lambda o: o.get("eigh", 0) + o.get("eigvalsh", 0))
     st["syncs"] = st["ops"].map(lambda o: o.get("sync", 0))
+    st["checked"] = st["ops"].map(lambda o: o.get("sync_checked", 0))  # of them inside torch's checked linear algebra
     st["products (m x n)"] = st["ops"].map(lambda o: o.get("matmul_full", 0))
     for col in ("e_W_steady_lr0.02", "muon_e_W_steady_lr0.02", "steady_steps"):
         if col not in st:
@@ -409,7 +411,7 @@ def solver_table_rows(table_b: dict):
 def lean_table(lean: pd.DataFrame):
     """The lean step's rows as the page shows them (e_W in percent; "no reference" where none is certified)."""
     show = lean[["shape", "manifold", "ratio", "e_W_lr0.02", "muon_e_W_lr0.02", "e_W / Muon's", "e_W_steady_lr0.02",
-                 "settled / Muon's", "gap", "eigh", "products (m x n)", "syncs"]].rename(
+                 "settled / Muon's", "gap", "eigh", "products (m x n)", "syncs", "checked"]].rename(
         columns={"ratio": "x Muon fp32", "e_W_lr0.02": "e_W step 6 (%)", "muon_e_W_lr0.02": "Muon's e_W (%)",
                  "e_W / Muon's": "step 6 / Muon's", "e_W_steady_lr0.02": "e_W settled (%)", "gap": "certified gap"})
     for col in ("e_W step 6 (%)", "Muon's e_W (%)", "e_W settled (%)"):
@@ -422,7 +424,7 @@ def lean_table(lean: pd.DataFrame):
         quartiles = ["" if pd.isna(q1) else f"{q1:.1f}-{q3:.1f}" for q1, q3 in zip(lean["ratio_q1"], lean["ratio_q3"])]
         show.insert(show.columns.get_loc("x Muon fp32") + 1, "quartiles", quartiles)
     return stated_table(show, {"x Muon fp32": ".1f", "certified gap": "magnitude", "eigh": "d", "products (m x n)": "d",
-                               "syncs": "d"})
+                               "syncs": "d", "checked": "d"})
 
 
 def rho_scan_figure(scan: pd.DataFrame, chosen: float):

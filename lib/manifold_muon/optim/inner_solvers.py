@@ -269,6 +269,21 @@ class Span:
         return pic.W @ self.a.to(pic.W.dtype) + pic.C @ self.b.to(pic.C.dtype)
 
 
+def _cholesky(A):
+    """The Cholesky factor of the positive definite ``A`` without a host synchronisation: ``torch.linalg.cholesky``
+    reads LAPACK's status on the host to raise on failure (``manifold_muon.opcount``); ``cholesky_ex`` leaves it on
+    the device, unread. Called only on a Gram matrix plus a ridge above float64's rounding of it, which is positive
+    definite for every finite input (a non-finite gradient is caught by the optimizer's guard before any step is
+    applied)."""
+    return torch.linalg.cholesky_ex(A)[0]
+
+
+def _cholesky_solve(B, L):
+    """X with L L^T X = B by two triangular solves: ``torch.cholesky_solve`` reads a status on the host, the
+    triangular solves read none (the same LAPACK work, potrs being these two solves)."""
+    return torch.linalg.solve_triangular(L.mT, torch.linalg.solve_triangular(L, B, upper=False), upper=True)
+
+
 def gram_picture(W, G, P, dtype=torch.float64, products=torch.float64, diagonal: bool | None = None) -> GramPicture:
     """The blocks of a tall (W, G), products in float64 (measured: float32 blocks let the certificate
     under-report the gap by up to 3x where W^T W is ill conditioned, e.g. Oblique, or where Z has many
@@ -295,9 +310,8 @@ def gram_picture(W, G, P, dtype=torch.float64, products=torch.float64, diagonal:
         diagonal = bool((off_norm <= 16 * torch.finfo(W.dtype).eps * torch.linalg.vector_norm(d, dim=-1)).all())
     # K0 with the whole D even then: C must be normal to W's range to rounding, as the retraction's
     # X^T X = a^T D a + b^T R b has no cross terms (with diag(D) here, constraints drifted over 1000 steps)
-    L = torch.linalg.cholesky((D + ridge[..., None, None] * torch.eye(D.size(-1), dtype=D.dtype, device=D.device))
-                              .to(torch.float64))
-    K0 = torch.cholesky_solve(WtG.to(torch.float64), L).to(products)
+    L = _cholesky((D + ridge[..., None, None] * torch.eye(D.size(-1), dtype=D.dtype, device=D.device)).to(torch.float64))
+    K0 = _cholesky_solve(WtG.to(torch.float64), L).to(products)
     if W.size(-2) == W.size(-1):  # square: range(W) is everything, C = 0 exactly (what is left is rounding)
         C = torch.zeros_like(G64)
         R = torch.zeros_like(D)
@@ -337,8 +351,8 @@ def span_of(pic: GramPicture, U: torch.Tensor) -> Span:
     # whose null directions round to +-n eps), whichever is larger
     rel = max(torch.finfo(pic.W.dtype).eps, 4 * R.size(-1) * torch.finfo(torch.float64).eps)
     ridge = rel * torch.diagonal(R, dim1=-2, dim2=-1).amax(-1).clamp_min(1e-30)
-    L = torch.linalg.cholesky(R + ridge[..., None, None] * torch.eye(R.size(-1), dtype=R.dtype, device=R.device))
-    b = torch.cholesky_solve((pic.C.mT @ Ut.to(pic.C.dtype)).to(torch.float64), L).to(dt)
+    L = _cholesky(R + ridge[..., None, None] * torch.eye(R.size(-1), dtype=R.dtype, device=R.device))
+    b = _cholesky_solve((pic.C.mT @ Ut.to(pic.C.dtype)).to(torch.float64), L).to(dt)
     return Span(a, b)
 
 
@@ -635,7 +649,9 @@ def _relative_gap(value, bound):
 def lean_solve(W, G, P, warm=None, steps=1, rho=None, relax=1.8, normalize=True, diagonal=None,
                polish: int = 0, certify_first: bool = False, tracker: str = "admm", damping=None,
                eigenbasis: bool = False) -> GramSolve:
-    """The lean solve: the dual tracked across optimizer steps, a fixed amount of work, no host synchronisation.
+    """The lean solve: the dual tracked across optimizer steps, a fixed amount of work, no host read of its own
+    (torch's ``eigh`` and ``eigvalsh`` read their status on the host once per call, ``manifold_muon.opcount``;
+    the picture's Cholesky factorisations read none, ``_cholesky``).
 
     From ``warm`` (the previous step's (Lambda, U), U a ``Span`` of this picture or the tall m x n matrix, read
     here by ``span_of``; else the cold tangent-projection start) it runs exactly
@@ -825,7 +841,7 @@ def newton_track(pic: GramPicture, Lambda, t, cg_steps: int, rtol, dtype=torch.f
     no test on the host; Jacobi-preconditioned, or with ``eigenbasis`` (Stiefel) in N's eigenbasis with the
     exact inverse of the Hessian's first term, ``_eigen_cg``: measured, on a fixed gradient one such CG step
     converges to a gap of ~1e-6 where one Jacobi-preconditioned step stalls near 0.1 at n >= 32), and the
-    float64 certificate at Lambda + t x (one eigh, one eigvalsh). Without a host synchronisation the damping
+    float64 certificate at Lambda + t x (one eigh, one eigvalsh). Without a host read of its own the damping
     adapts per matrix: where the certified bound fell
     below f(Lambda) the new multiplier is carried and t doubles (to at most 1), elsewhere the old one is kept
     and t halves (an undamped step from the carried multiplier diverged in a prototype: chapter 04). Measured

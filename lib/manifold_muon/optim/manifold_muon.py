@@ -24,7 +24,8 @@ Inner solvers (``inner``):
   eigendecomposition fewer; on DGram and Oblique tracking is the more accurate of the two, and on DGram the
   Newton tracker settles closer than one ADMM iteration (0.57-0.63x Muon's e_W at GPT-2 small's rectangular
   shapes against 0.85-0.88x; on square DGram no closer, and dearer). Fixed work per matrix and no host
-  synchronisation; the certified gap is recorded, not enforced (on training-like momenta it is about
+  read of its own but the step's one guard (torch's eigendecompositions read their status on the host once per
+  batched call, ``manifold_muon.opcount``); the certified gap is recorded, not enforced (on training-like momenta it is about
   0.1-0.3: the measured accuracy-cost table is the benchmark ``solver_table`` and chapter 04). Not the default: at the cpu preset it trains measurably
   worse than ``"gram_admm"`` (chapter 05, run ``solver_training``).
 * ``"exact"``: ``inner_solvers.exact_solve``: ``inner_steps`` (16) warm-started ADMM iterations, then damped
@@ -552,8 +553,9 @@ class ManifoldMuon(MatrixOptimizer):
         """The lean default: square Stiefel in closed form (``square_stiefel_step``); Oblique (tracked by ADMM, the
         default there) in the matrix itself (``oblique_step``); elsewhere in the Gram picture
         (``_picture_update``: ``lean_solve`` from the last step's multiplier where ``warm_start``, else from the
-        tangent projection, the defaults by manifold, ``lean_defaults``; then ``lean_retract``). No host
-        synchronisation: diagnostics stay tensors, the retraction's guard is read once per step by ``step``."""
+        tangent projection, the defaults by manifold, ``lean_defaults``; then ``lean_retract``). No host read of
+        its own: diagnostics stay tensors, the retraction's guard is read once per step by ``step`` (torch's
+        eigendecompositions read their LAPACK / cuSOLVER status once per batched call, ``manifold_muon.opcount``)."""
         M, lr, wd = group["manifold"], group["lr"], group["weight_decay"]
         if isinstance(M, Stiefel) and W.size(-2) == W.size(-1):
             W_new, gap, violation = square_stiefel_step(W, G, lr, wd)

@@ -517,6 +517,30 @@ def reference_times(out_dir: Path, name: str = "solver_table_reference_times", s
 TIMING_KEYS = ("seconds", "muon_fp32_s", "ratio", "ratio_q1", "ratio_q3", "timing_rounds")
 
 
+def _table_rows(out_dir: Path, table: str, shapes, manifolds, variants, who: str):
+    """The rows of the table ``table`` with the ``shapes``, ``manifolds`` and ``variants`` asked for (None: all), and
+    the table's parameters; a clear error for a name that is not a manifold or variant, for a selection that no row
+    has, and for a row whose variant ``VARIANTS`` no longer defines."""
+    import json
+
+    asked = [v for v in (variants or ()) if v not in VARIANTS] + [m for m in (manifolds or ()) if m not in MANIFOLDS]
+    if asked:
+        raise ValueError(f"{who}: unknown variant(s) or manifold(s) {', '.join(asked)}; choose from "
+                         f"{', '.join(VARIANTS)} and {', '.join(MANIFOLDS)}")
+    loaded = json.loads((Path(out_dir) / f"{table}.json").read_text())
+    pick = lambda r: ((shapes is None or tuple(r["shape"]) in {tuple(x) for x in shapes})  # noqa: E731
+                      and (manifolds is None or r["manifold"] in manifolds)
+                      and (variants is None or r["variant"] in variants))
+    todo = [r for r in loaded["rows"] if pick(r)]
+    if not todo:
+        raise ValueError(f"{who}: no row of {table} has the shapes, manifolds and variants asked for")
+    unknown = sorted({r["variant"] for r in todo} - set(VARIANTS))
+    if unknown:
+        raise ValueError(f"{who}: the table has variant(s) {', '.join(unknown)} that VARIANTS no longer defines; leave "
+                         f"them out with variants=")
+    return todo, loaded["parameters"]
+
+
 def retime(out_dir: Path, table: str = "solver_table", name: str = "solver_table_paired", shapes=None,
            manifolds=None, variants=None, timing=None) -> dict:
     """The timing of rows of the table ``table`` measured again by ``paired_times`` (``timing`` over ``TIMING``), on the
@@ -525,25 +549,9 @@ def retime(out_dir: Path, table: str = "solver_table", name: str = "solver_table
     timing replaced, their misses judged again. ``shapes``, ``manifolds``, ``variants``: a subset (default: all
     rows, so that one protocol times the whole table; on GPT-2 small's shapes the ``post`` and ``gram_admm`` rows
     take most of the time)."""
-    import json
-
     _check_timing(timing, "solver_table.retime")
-    asked = [v for v in (variants or ()) if v not in VARIANTS] + [m for m in (manifolds or ()) if m not in MANIFOLDS]
-    if asked:
-        raise ValueError(f"solver_table.retime: unknown variant(s) or manifold(s) {', '.join(asked)}; choose from "
-                         f"{', '.join(VARIANTS)} and {', '.join(MANIFOLDS)}")
+    todo = _table_rows(out_dir, table, shapes, manifolds, variants, "solver_table.retime")[0]
     timing = dict(TIMING, **(timing or {}))
-    rows_in = json.loads((Path(out_dir) / f"{table}.json").read_text())["rows"]
-    pick = lambda r: ((shapes is None or tuple(r["shape"]) in {tuple(x) for x in shapes})  # noqa: E731
-                      and (manifolds is None or r["manifold"] in manifolds)
-                      and (variants is None or r["variant"] in variants))
-    todo = [r for r in rows_in if pick(r)]
-    if not todo:
-        raise ValueError(f"solver_table.retime: no row of {table} has the shapes, manifolds and variants asked for")
-    unknown = sorted({r["variant"] for r in todo} - set(VARIANTS))
-    if unknown:
-        raise ValueError(f"solver_table.retime: the table has variant(s) {', '.join(unknown)} that VARIANTS no longer "
-                         f"defines; leave them out with variants=")
     rows, streams = [], {}
     with one_cpu_thread(), Stopwatch() as sw:
         for r in todo:
@@ -563,16 +571,56 @@ def retime(out_dir: Path, table: str = "solver_table", name: str = "solver_table
     return write_result(out_dir, name, dict(rows=rows, misses=[]), params, sw.seconds)
 
 
+OPS_KEYS = ("ops", "muon_ops")
+
+
+def recount(out_dir: Path, table: str = "solver_table", name: str = "solver_table_ops", shapes=None,
+            manifolds=None, variants=None) -> dict:
+    """The operation counts (``OpCounter``) of rows of the table ``table`` taken again with today's library and
+    counter, on ``measure``'s start point and stream (``walk``: the same state at the counted step), Muon's too;
+    neither timing nor accuracy is measured again. Writes the part ``name`` (rows marked ``ops_only``, with the
+    table's counts as ``ops_before``), which ``merge`` lays over the table's rows, replacing their ``OPS_KEYS``.
+    Written for the counter's host reads inside torch's checked linear algebra (2026-12-05: before, ``sync``
+    counted only the reads the library's code makes itself). ``shapes``, ``manifolds``, ``variants``: a subset."""
+    todo, table_params = _table_rows(out_dir, table, shapes, manifolds, variants, "solver_table.recount")
+    steps = 3 + 2 + 1  # measure's stream: warmup + repeats + 1 of the full table
+    rows, streams, muon = [], {}, {}
+    with one_cpu_thread(), Stopwatch() as sw:
+        for r in todo:
+            shape, manifold, variant = tuple(r["shape"]), r["manifold"], r["variant"]
+            W0 = start_point(shape, manifold)
+            if shape not in streams:
+                streams[shape] = [G.to(device()) for G in stream(shape, steps)]
+            if (shape, manifold) not in muon:
+                muon[(shape, manifold)] = walk(muon_fp32, W0, streams[shape], LRS[:1])[2]
+            opt = OPTIMIZERS.get(variant, ManifoldMuon)
+            make = lambda p: opt(p, momentum=0.0, nesterov=False, manifold=manifold, **VARIANTS[variant])  # noqa: E731
+            ops = walk(make, W0, streams[shape], LRS[:1])[2]
+            rows.append(dict(shape=list(shape), manifold=manifold, variant=variant, ops_only=True, ops=ops,
+                             muon_ops=muon[(shape, manifold)], ops_before=r["ops"]))
+            print(f"{str(shape):12s} {manifold:12s} {variant:12s} sync {r['ops'].get('sync', 0)} -> {ops.get('sync', 0)} "
+                  f"({ops.get('sync_checked', 0)} inside torch's checked linear algebra)", flush=True)
+    params = dict(table=table, table_merged=table_params.get("merged"), shapes=shapes, manifolds=manifolds,
+                  variants=variants, steps=steps)
+    return write_result(out_dir, name, dict(rows=rows, misses=[]), params, sw.seconds)
+
+
 def overlay(parts: dict) -> dict:
     """The table's rows by (shape, manifold, variant) from ``parts`` ({name: a part's payload}, in order), as
     ``merge`` lays them over each other: a measured row replaces the earlier one of its key; a row of a part
     written by ``retime`` replaces only the timing (``TIMING_KEYS``, and "timing" names the part) and the misses
-    are judged again. Rows of the ``COMPARISONS`` are left out (they stay in their parts)."""
+    are judged again; one of a part written by ``recount`` only the operation counts (``OPS_KEYS``, "ops_part"
+    names the part). Rows of the ``COMPARISONS`` are left out (they stay in their parts)."""
     key = lambda r: (tuple(r["shape"]), r["manifold"], r["variant"])  # noqa: E731
     rows = {}
     for p, t in parts.items():
         for r in t["rows"]:
             if r["variant"] in COMPARISONS:
+                continue
+            if r.get("ops_only"):
+                if key(r) not in rows:
+                    raise ValueError(f"solver_table.merge: part {p} recounts {key(r)}, which no earlier part measured")
+                rows[key(r)] = dict(rows[key(r)], **{k: r[k] for k in OPS_KEYS}, ops_part=p)
                 continue
             if not r.get("timing_only"):
                 rows[key(r)] = r
