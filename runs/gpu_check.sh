@@ -29,8 +29,18 @@ nvidia-smi --query-gpu=name,memory.total --format=csv,noheader || true
 RESULT_DIR="$RESULT_DIR" timeout 240 "$PY" -c "
 import os; from pathlib import Path
 from manifold_muon_book.bench import solver_table
-solver_table.main(Path(os.environ['RESULT_DIR']), ref_max_n=0, exact_max_n=0, fail_on_miss=False)
+solver_table.main(Path(os.environ['RESULT_DIR']), ref_max_n=0, exact_max_n=0, fail_on_miss=False,
+                  name='solver_table_gpu')
 " || echo "solver_table did not finish in 240 s"
+
+# Then square Stiefel's msign by products alone against its eigendecomposition (a prototype, under a minute): the
+# comparison a CPU cannot make (bench sync_free_msign, chapter 04). Both GPU files have their own names, so that a
+# run without OUT leaves the book's CPU measurements in runs/bench as they are.
+RESULT_DIR="$RESULT_DIR" timeout 90 "$PY" -c "
+import os; from pathlib import Path
+from manifold_muon_book.bench import sync_free_msign
+sync_free_msign.main(Path(os.environ['RESULT_DIR']), name='sync_free_msign_gpu')
+" || echo "sync_free_msign did not finish in 90 s"
 
 export PRESET=${PRESET:-gpt2-124m} STEPS=${STEPS:-30} DEVICE=${DEVICE:-cuda}
 BUDGET_S=${BUDGET_S:-420} RESULT_DIR="$RESULT_DIR" timeout 540 "$PY" - <<'EOF'
