@@ -1,5 +1,7 @@
 #!/usr/bin/env bash
-# One short check for a lent GPU (written for one H200; about 8 minutes): 30 steps of the gpt2-124m
+# One short check for a lent GPU (written for one H200; about 9 minutes): the solver's table at GPT-2 small's
+# shapes and the sync-free msign prototype at 128 and 768 (solver_table_gpu.json, sync_free_msign_gpu.json),
+# then 30 steps of the gpt2-124m
 # preset (GPT-2 124M, 64 x 1024 tokens per step, bf16 autocast) per assignment, the post's five and
 # the paper's seven optimizers, and the per-step time of each as a ratio to plain Muon, printed next to the
 # post's 5.8x (All Stiefel), 8.3x (Hetero) and 13.6x (All DGram) measured on an H100.
