@@ -15,7 +15,8 @@ issue asks for one wait per optimizer step at most. A path with no eigendecompos
 start point of ``solver_table``) and reports, per configuration: the relative duality gap against S's nuclear norm,
 with B scaled into the unit ball (both from a float64 SVD: a measurement, not a certificate the step could afford),
 how far ||B||_op is above 1, the relative distance to the eigendecomposition's B, the operations (``OpCounter``) and
-the time against ``eigh_msign`` in interleaved rounds (one CPU thread, or the GPU where there is one: the comparison
+the share of that distance in the directions whose singular values are below ``l0`` of the largest
+(``difference_in_small``, with their number), the time against ``eigh_msign`` in interleaved rounds (one CPU thread, or the GPU where there is one: the comparison
 this prototype is for; ``runs/gpu_check.sh`` runs it). What it leaves out: a certificate without a decomposition
 (the lean step records a certified gap) and the retraction (B^T B is a projector only up to the iteration's error,
 so the closed form's exact retraction would become a series in lr^2 B^T B, as on rectangular Stiefel).
@@ -111,7 +112,7 @@ def _paired_ratio(fast, base, rounds: int) -> dict:
 
 def measure(shape, configs=CONFIGS, rounds: int = 7, seed: int = 0) -> list[dict]:
     S = skew_momentum(shape, seed).to(device())
-    s = torch.linalg.svdvals(S.cpu())
+    _, s, Vh = torch.linalg.svd(S.cpu())
     nuc = float(s.sum())
     B_eigh = eigh_msign(S)
     rows = [dict(shape=list(shape), path="eigh", ops=_ops(eigh_msign, S), smallest_singular_value=float(s[-1] / s[0]))]
@@ -119,7 +120,13 @@ def measure(shape, configs=CONFIGS, rounds: int = 7, seed: int = 0) -> list[dict
     for steps, l0, polish in configs:
         fn = lambda X, k=steps, lo=l0, p=polish: matmul_msign(X, k, lo, p)  # noqa: E731
         B = fn(S)
+        # where B differs from the eigendecomposition's: the share of the difference (squared) in the directions of
+        # S whose singular values are below l0 of the largest
+        small = s < l0 * s[0]
+        D = (B - B_eigh).cpu() @ Vh.mT
+        share = float(D[:, small].pow(2).sum() / D.pow(2).sum().clamp_min(1e-300))
         row = dict(shape=list(shape), path="matmul", steps=steps, l0=l0, polish=polish, ops=_ops(fn, S),
+                   small_directions=int(small.sum()), difference_in_small=share,
                    **_judge(S, B, B_eigh, nuc), **_paired_ratio(lambda: fn(S), lambda: eigh_msign(S), rounds))
         rows.append(row)
     return rows
