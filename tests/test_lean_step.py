@@ -9,7 +9,7 @@ from manifold_muon.opcount import OpCounter
 from manifold_muon.optim import ManifoldMuon, Muon
 from manifold_muon.optim.inner_solvers import gram_solve, lean_solve
 from manifold_muon.manifolds.gram import inverse_sqrt_newton_schulz, inverse_sqrt_series
-from manifold_muon.optim.manifold_muon import square_stiefel_step
+from manifold_muon.optim.manifold_muon import _square_stiefel_paired, skew_msign, square_stiefel_step
 
 NAMES = ["stiefel", "dgram", "gram_oblique"]
 SHAPES = [(12, 5), (5, 12), (8, 8), (7, 7)]
@@ -86,6 +86,71 @@ def test_square_stiefel_closed_form_without_a_skew_part_stays_with_gap_zero():
         W_new, gap, violation = square_stiefel_step(W, G, 0.1)
         assert float(gap) == 0.0 and float(violation) == 0.0
         assert torch.equal(W_new, W)
+
+
+@pytest.mark.parametrize("n", [6, 7, 16, 17])
+@pytest.mark.parametrize("rank", [None, 3])
+def test_square_stiefel_paired_form_is_the_general_form(n, rank):
+    """On a generic gradient every kept pair of S's eigenvectors is (v, S v / s): the check holds, and the paired
+    form's step and gap are the general form's (S V diag(1/s) V^T) to float32 rounding, even and odd n, full rank
+    and rank-deficient."""
+    g = torch.Generator().manual_seed(100 + n)
+    W = get_manifold("stiefel").random_point((n, n), generator=g)
+    G = spectrum_momentum((n, n), g, rank=rank)
+    W_new, gap, paired, fix = _square_stiefel_paired(W, G, 0.1)
+    assert bool(paired.all())
+    W_gen, gap_gen = fix(torch.ones_like(paired))
+    assert float((W_new - W_gen).norm() / (W_gen - W).norm()) < 1e-5
+    assert abs(float(gap) - float(gap_gen)) < 1e-6
+
+
+def shared_singular_values(n, g):
+    """(W, G) in float64 with W^T G skew, whose singular values come four at a time (two pairs share each, to
+    float64 rounding): the eigenvectors of a shared eigenvalue of S^T S are any basis of its four-dimensional
+    space. (In float32 the rounding of G splits each four into two pairs, far enough apart for a float64
+    eigendecomposition to tell them apart, and the pairing holds.)"""
+    R = get_manifold("stiefel").random_point((n, n), generator=g, dtype=torch.float64)
+    J = torch.zeros(n, n, dtype=torch.float64)
+    for k in range(n // 2):
+        J[2 * k + 1, 2 * k] = 3.0 if k < n // 4 else 1.0
+    J = J - J.mT
+    return torch.eye(n, dtype=torch.float64), R @ J @ R.mT
+
+
+def test_square_stiefel_takes_the_general_form_where_pairs_share_a_singular_value():
+    """Where two pairs share a singular value the pairing check fails (asserted: the case is reached), and the
+    step (standalone, and the optimizer's through its guard) is the certified optimum all the same."""
+    M = get_manifold("stiefel")
+    W, G = shared_singular_values(8, torch.Generator().manual_seed(3))
+    assert not bool(_square_stiefel_paired(W, G, 0.1)[2].all())
+    W_new, gap, _ = square_stiefel_step(W, G, 0.1)
+    assert float(gap.abs()) <= 1e-6
+    ref = gram_solve(W, G, M.gram_projector, steps=2000, tol=1e-10)
+    expected = M.retract(W - 0.1 * ref.matrix())
+    assert float((W_new - expected).norm() / expected.norm()) < 1e-10
+    p = torch.nn.Parameter(W.clone())
+    opt = ManifoldMuon([p], lr=0.1, momentum=0.0, nesterov=False, inner="lean")
+    p.grad = G.clone()
+    opt.step()
+    assert torch.equal(p.detach(), W_new)
+    assert float(opt.state[p]["duality_gap"].abs()) <= 1e-6
+
+
+@pytest.mark.parametrize("shared", [False, True])
+def test_skew_msign_is_the_polar_factor(shared):
+    """``skew_msign`` (paired, or the general form where pairs share a singular value) is U V^T of S's SVD, skew."""
+    g = torch.Generator().manual_seed(11)
+    if shared:
+        W, S = shared_singular_values(8, g)
+    else:
+        X = torch.randn(9, 9, generator=g, dtype=torch.float64)
+        S = X - X.mT
+    B, gap, paired = skew_msign(S)
+    assert bool(paired) is not shared
+    U, s, Vh = torch.linalg.svd(S)
+    keep = s > 1e-6 * s[0]
+    assert torch.allclose(B, (U * keep) @ Vh, atol=1e-10) and torch.allclose(B, -B.mT, atol=1e-12)
+    assert abs(float(gap)) < 1e-12
 
 
 @pytest.mark.parametrize("lr", [0.02, 1.0])
@@ -284,12 +349,14 @@ def test_exact_mode_is_one_argument_and_certifies(name):
 
 
 @pytest.mark.parametrize("make", [lambda ps: Muon(ps), lambda ps: ManifoldMuon(ps, manifold="dgram", inner="lean"),
+                                  lambda ps: ManifoldMuon(ps, inner="lean"),  # Stiefel: (8, 8) in closed form
                                   lambda ps: __import__("manifold_muon").MACRO(ps, lr=0.01, manifold="spectral_sphere"),
                                   lambda ps: __import__("manifold_muon").MuonH(ps, lr=0.01, manifold="frobenius_sphere"),
                                   lambda ps: ManifoldMuon(ps, manifold="gram_oblique", inner="dual_ascent")])
 def test_one_host_read_per_step_for_every_fixed_work_optimizer(make):
-    """Muon, the lean Manifold Muon, MACRO and MuonH read the host once per step whatever the number of weights
-    (SSO and FSO stop their bisection early, which reads the host once per bisection step)."""
+    """Muon, the lean Manifold Muon, MACRO and MuonH make one host read of their own per step whatever the number
+    of weights (the reads inside torch's checked linear algebra are counted apart, ``explicit_reads``; SSO and FSO
+    stop their bisection early, which reads the host once per bisection step)."""
     Ws = [torch.nn.Parameter(torch.randn(s)) for s in [(12, 5), (5, 12), (8, 8), (12, 5), (9, 4)]]
     opt = make(Ws)
     if hasattr(opt, "retract_parameters"):

@@ -61,7 +61,7 @@ from .inner_solvers import (GramSolve, Span, _sym, admm, dual_ascent, eig_sqrt, 
 
 
 __all__ = ["ManifoldMuon", "POST_RECIPE", "TRACKERS", "fused_retract", "lean_defaults", "lean_retract", "resolve_tracker",
-           "oblique_solve", "oblique_step", "square_stiefel_step",
+           "oblique_solve", "oblique_step", "range_msign", "skew_msign", "skew_pairs", "square_stiefel_step",
            "post_msign", "inverse_sqrt_newton_schulz", "inverse_sqrt_series"]
 
 # The blog post's inner solve, one argument away (inner="post"): what "Different Layers, Different
@@ -216,6 +216,122 @@ def _orient(W, wide):
     return W.mT if wide else W
 
 
+PAIR_RTOL = 1e-6  # a pair of S's eigenvectors is taken as (v, S v / s) where |v_hi^T S v_lo| >= (1 - PAIR_RTOL) s
+
+
+def _skew_eig(W: torch.Tensor, G: torch.Tensor):
+    """(W, E, S, s, V) for the closed form on square Stiefel: W and G in the products' precision, E = W^T W,
+    S = 2 skew(W^T G) in float64 (from products in the weights' precision), and the float64 eigendecomposition
+    of S^T S, S's singular values s ascending with their vectors V."""
+    dt = torch.float64 if W.dtype == torch.float64 else torch.float32
+    W, G = W.to(dt), G.to(dt)
+    K = W.mT @ G
+    E = W.mT @ W  # I + W's rounding off the manifold
+    S = (K - K.mT).to(torch.float64)  # 2 skew(W^T G)
+    lam, V = torch.linalg.eigh(S.mT @ S)
+    return W, E, S, lam.clamp_min(0).sqrt(), V
+
+
+def _retraction_coefficients(lr: float, weight_decay: float):
+    """(c, kappa, a): X = W (c I - lr B), its inverse square root factor I / c + kappa Pi, and a = lr (1 / c + kappa)."""
+    c = 1 - lr * weight_decay
+    kappa = 1 / (c * c + lr * lr) ** 0.5 - 1 / c
+    return c, kappa, lr * (1 / c + kappa)
+
+
+def range_msign(S: torch.Tensor, s: torch.Tensor, V: torch.Tensor):
+    """(keep, P): msign(S) = P V^T on S's numerical range (s > 1e-6 s_max; ``keep``), P = S V diag(1/s) in float64
+    there and 0 off it, from the eigendecomposition of S^T S (s ascending, vectors V). Any real S: the general
+    form that ``square_stiefel_step`` falls back to where its pairing of a skew S's vectors does not hold."""
+    keep = s > 1e-6 * s[..., -1:]  # all False where S = 0: B = 0
+    inv = torch.where(keep, s, 1).reciprocal_().mul_(keep)
+    return keep, (S @ V).mul_(inv.unsqueeze(-2))
+
+
+def _square_stiefel_general(W, E, S, s, V, lr, weight_decay):
+    """(W+, gap) from B = msign(S) = P V^T (``range_msign``), the retraction's factor built from B and
+    Pi = V diag(keep) V^T: two more n x n products than the paired form, one of them in float64."""
+    dt = W.dtype
+    keep, P = range_msign(S, s, V)
+    P = P.to(dt)
+    V32 = V.to(dt)  # then products in the weights' precision
+    B = P @ V32.mT
+    bound = (s * keep).sum(-1)
+    gap = (bound - (S * B).sum((-2, -1))) / bound.clamp_min(torch.finfo(bound.dtype).tiny)  # 0 where S = 0
+    c, kappa, a = _retraction_coefficients(lr, weight_decay)
+    # (c I - lr B)(I / c + kappa Pi) = I + c kappa Pi - a B (B Pi = B), B taken skew: with Pi = V diag(keep) V^T and
+    # skew(B) = (P V^T - V P^T) / 2, F = I + (c kappa V diag(keep) - a P / 2) V^T + a B^T / 2, then - E / 2 + I / 2
+    F = (V32 * (c * kappa * keep).to(dt).unsqueeze(-2) - (0.5 * a) * P) @ V32.mT
+    F = F.add_(B.mT, alpha=0.5 * a).sub_(E, alpha=0.5)
+    F.diagonal(dim1=-2, dim2=-1).add_(1.5)
+    return W @ F, gap
+
+
+def skew_pairs(S: torch.Tensor, s: torch.Tensor, V: torch.Tensor):
+    """(t, keep, gap, paired) for a skew S (float64) from the eigendecomposition of S^T S (s ascending, vectors V):
+    per pair of neighbouring columns (v_lo, v_hi), counted from the top (odd n: column 0 has none), t = +-1 with
+    S v_lo = t s v_hi, ``keep`` (the pair is on the numerical range, s > 1e-6 s_max), the relative gap of
+    B = V Q V^T (Q = [[0, -t], [t, 0]] per kept pair; ``square_stiefel_step`` says why it is msign(S)), and
+    ``paired`` (a bool per matrix): |v_hi^T S v_lo| >= (1 - PAIR_RTOL) s on every kept pair."""
+    o = s.size(-1) % 2  # odd n: the smallest (a null direction of a real skew S) has no pair
+    w = ((S @ V[..., o::2]) * V[..., o + 1::2]).sum(-2)  # v_hi^T S v_lo = +-s for a pair (v_lo, v_hi)
+    s_hi = s[..., o + 1::2]
+    keep = s_hi > 1e-6 * s[..., -1:]  # all False where S = 0: B = 0
+    bound = ((s[..., o::2] + s_hi) * keep).sum(-1)
+    a = w.abs()
+    gap = (bound - 2 * (a * keep).sum(-1)) / bound.clamp_min(torch.finfo(bound.dtype).tiny)  # 0 where S = 0
+    paired = ((a >= (1 - PAIR_RTOL) * s_hi) | ~keep).all(-1)
+    return torch.sign(w) * keep, keep, gap, paired
+
+
+def _pair_columns(V: torch.Tensor) -> torch.Tensor:
+    """V's paired columns as (..., n, k, 2) (odd n: without column 0)."""
+    return V[..., V.size(-1) % 2:].unflatten(-1, (-1, 2))
+
+
+def skew_msign(S: torch.Tensor):
+    """(B, gap, paired): msign(S) of a skew S (batched) on its numerical range, float64, from one eigendecomposition
+    of S^T S by the pairing of its vectors (``skew_pairs``), B = V Q V^T; where the pairing does not hold
+    (``paired`` False: two pairs share a singular value), the general form (``range_msign``)."""
+    S = S.to(torch.float64)
+    lam, V = torch.linalg.eigh(S.mT @ S)
+    s = lam.clamp_min(0).sqrt()
+    t, keep, gap, paired = skew_pairs(S, s, V)
+    Vp = _pair_columns(V)
+    B = (Vp.flip(-1) * torch.stack((t, -t), -1).unsqueeze(-3)).flatten(-2) @ Vp.flatten(-2).mT  # V Q
+    if not bool(paired.all()):
+        keep_g, P = range_msign(S, s, V)
+        B_g = P @ V.mT
+        B = torch.where(paired[..., None, None], B, 0.5 * (B_g - B_g.mT))
+        bound = (s * keep_g).sum(-1)
+        gap = torch.where(paired, gap, (bound - (S * B).sum((-2, -1))) / bound.clamp_min(torch.finfo(bound.dtype).tiny))
+    return B, gap, paired
+
+
+def _square_stiefel_paired(W, G, lr: float, weight_decay: float = 0.0):
+    """(W+, gap, paired, fix): ``square_stiefel_step`` by the pairing of S's eigenvectors (``skew_pairs``);
+    ``paired`` (a bool per matrix, a tensor) says where it held on every kept pair, and ``fix(bad)`` returns
+    (W+, gap) with the general form (``range_msign``) where ``bad``."""
+    W, E, S, s, V = _skew_eig(W, G)
+    dt = W.dtype
+    t, keep, gap, paired = skew_pairs(S, s, V)
+    c, kappa, a = _retraction_coefficients(lr, weight_decay)
+    # F = V (c kappa diag(keep) - a Q) V^T + 3 I / 2 - E / 2, Q = V^T B V: per pair [[0, -t], [t, 0]]
+    Vp = _pair_columns(V.to(dt))  # (..., n, k, 2): each pair's two columns
+    t = (a * t).to(dt)
+    VM = torch.addcmul(Vp * (c * kappa * keep).to(dt)[..., None, :, None], Vp.flip(-1),
+                       torch.stack((-t, t), -1).unsqueeze(-3))
+    F = (VM.flatten(-2) @ Vp.flatten(-2).mT).sub_(E, alpha=0.5)
+    F.diagonal(dim1=-2, dim2=-1).add_(1.5)
+
+    def fix(bad):
+        W_g, gap_g = _square_stiefel_general(W, E, S, s, V, lr, weight_decay)
+        return torch.where(bad[..., None, None], W_g, W_new), torch.where(bad, gap_g, gap)
+
+    W_new = W @ F
+    return W_new, gap, paired, fix
+
+
 def square_stiefel_step(W: torch.Tensor, G: torch.Tensor, lr: float, weight_decay: float = 0.0):
     """Manifold Muon's step on square Stiefel (W orthogonal, n x n) in closed form: (W+, gap, violation).
 
@@ -224,12 +340,26 @@ def square_stiefel_step(W: torch.Tensor, G: torch.Tensor, lr: float, weight_deca
     every skew B). Its answer is B = msign(S): msign of a skew matrix is skew (S = U Sigma V^T gives
     S = -S^T = -V Sigma U^T, so U V^T = -(U V^T)^T by uniqueness of the polar factor on the range), it has
     op-norm 1, and <S, B> = ||S||_* meets the bound <S, B> <= ||S||_* ||B||_op: the certified gap is zero
-    up to rounding. One float64 eigendecomposition of S^T S = -S^2 gives it: B = S V diag(1/s) V^T on the
-    numerical range (s > 1e-6 s_max), 0 elsewhere (S comes from float32 products, whose rounding makes a true
-    null direction look like s ~ 1e-7 s_max). That range is where it is exact: measured (chapter 04), on
-    training-like momenta at 768 x 768 S's smallest singular values sit near 1e-6 s_max, and in about half the
-    draws one skew pair falls below and gets B = 0, an e_W of lr sqrt(2/n) against the SVD's closed form, with
-    the certified gap unchanged (those directions carry ~1e-6 of the objective). Where S has full rank (only possible for even n: a real
+    up to rounding. One float64 eigendecomposition of S^T S = -S^2 gives it, on the numerical range
+    (s > 1e-6 s_max; 0 elsewhere: S comes from float32 products, whose rounding makes a true null direction look
+    like s ~ 1e-7 s_max). That range is where it is exact: measured (chapter 04), on training-like momenta at
+    768 x 768 S's smallest singular values sit near 1e-6 s_max, and in about half the draws one skew pair falls
+    below and gets B = 0, an e_W of lr sqrt(2/n) against the SVD's closed form, with the certified gap unchanged
+    (those directions carry ~1e-6 of the objective).
+
+    How B is read off the eigendecomposition: S is skew, so S^T S = S S^T and each singular value comes twice,
+    with the vectors v and S v / s (orthogonal, since v^T S v = 0). The eigenvalues come sorted, so the two of a
+    pair are neighbours, counted from the top (odd n: the smallest, a null direction, has none); for a pair
+    (v_lo, v_hi), S v_lo = t s v_hi and S v_hi = -t s v_lo with t = +-1, so B V = V Q, Q = [[0, -t], [t, 0]]
+    per pair, and B = V Q V^T is skew and a partial isometry by construction. t and the objective
+    <S, B> = 2 sum |w| come from w = v_hi^T S v_lo (half an n x n product in float64), and the pairing is
+    checked: |w| >= (1 - 1e-6) s on every kept pair (measured on the benchmark's streams, chapter 04: within
+    1e-10 at 127 x 127 and 128 x 128, and 2e-7 at 768 x 768 on a pair near 6e-6 s_max: the smallest kept pairs
+    are the ones the eigendecomposition resolves least well). Where two pairs share a singular value (a gradient built
+    that way), the eigenvectors of the shared eigenvalue are any basis of it, the check fails and that matrix
+    takes the general form, B = S V diag(1/s) V^T (``range_msign``, two more n x n products, one in float64);
+    ``square_stiefel_step`` reads the check on the host, the optimizer in its step's one read (``guard``).
+    Where S has full rank (only possible for even n: a real
     skew matrix of odd size is singular) B is orthogonal; in general it is a partial isometry with
     B^T B = Pi, the projector on S's range. Then X = W Y, Y = c I - lr B (c = 1 - lr wd) has
     X^T X = c^2 I + lr^2 Pi exactly (B skew, W^T W = I), whose inverse square root is
@@ -237,39 +367,25 @@ def square_stiefel_step(W: torch.Tensor, G: torch.Tensor, lr: float, weight_deca
     eigendecomposition, for odd n and rank-deficient gradients too. W's own rounding off the manifold
     (W^T W = I + E, E ~ 1e-7) is removed by the factor I - E / 2, so it does not add up; the factor is applied
     as F - E / 2 rather than (I - E / 2) F, which differs by E (F - I), of size |E| lr: below float32's rounding
-    at the step sizes Muon uses, and still contracting (|F - I| < 1 for lr < sqrt(3) c).
+    at the step sizes Muon uses, and still contracting (|F - I| < 1 for lr < sqrt(3) c). With B = V Q V^T and
+    Pi = V diag(keep) V^T, F = V (c kappa diag(keep) - a Q) V^T + 3 I / 2 - E / 2 is one product.
 
-    Cost (the skew part is taken as 2 skew(W^T G): the scale cancels in B and in the relative gap): seven n x n
-    products against Muon's fifteen, five in the weights' precision (W^T G, W^T W, B = P V^T, the factor's
-    [.] V^T, W F) and two in float64 (S^T S, and P = S V diag(1/s): in float32 its rounding, amplified by 1/s on
-    the smallest kept singular values, left B's columns there off unit length, and at lr 1 the weights drifted
-    off the manifold to ~2e-4 over 1000 steps at n = 64, where now they stay at 3e-6: ``tests/test_lean_step.py``),
-    and one float64 eigendecomposition (at n = 128 on one CPU thread, what keeps the step above 1.5x Muon's).
-    The step applies the skew part of the computed B, so its direction is tangent by construction and
-    ``violation`` is 0 (taking the skew part leaves the objective <S, B> as it is, S being skew)."""
-    dt = torch.float64 if W.dtype == torch.float64 else torch.float32
-    W, G = W.to(dt), G.to(dt)
-    K = W.mT @ G
-    E = W.mT @ W  # I + W's rounding off the manifold
-    S = (K - K.mT).to(torch.float64)  # 2 skew(W^T G)
-    lam, V = torch.linalg.eigh(S.mT @ S)
-    s = lam.clamp_min(0).sqrt()
-    keep = s > 1e-6 * s[..., -1:]  # all False where S = 0: B = 0, W stays
-    inv = torch.where(keep, s, 1).reciprocal_().mul_(keep)
-    P = (S @ V).mul_(inv.unsqueeze(-2)).to(dt)  # S v_i / s_i on the numerical range, 0 off it
-    V32 = V.to(dt)  # then products in the weights' precision
-    B = P @ V32.mT
-    bound = (s * keep).sum(-1)
-    gap = (bound - (S * B).sum((-2, -1))) / bound.clamp_min(torch.finfo(bound.dtype).tiny)  # 0 where S = 0
-    c = 1 - lr * weight_decay
-    kappa = 1 / (c * c + lr * lr) ** 0.5 - 1 / c
-    a = lr * (1 / c + kappa)
-    # (c I - lr B)(I / c + kappa Pi) = I + c kappa Pi - a B (B Pi = B), B taken skew: with Pi = V diag(keep) V^T and
-    # skew(B) = (P V^T - V P^T) / 2, F = I + (c kappa V diag(keep) - a P / 2) V^T + a B^T / 2, then - E / 2 + I / 2
-    F = (V32 * (c * kappa * keep).to(dt).unsqueeze(-2) - (0.5 * a) * P) @ V32.mT
-    F = F.add_(B.mT, alpha=0.5 * a).sub_(E, alpha=0.5)
-    F.diagonal(dim1=-2, dim2=-1).add_(1.5)
-    return W @ F, gap, torch.zeros_like(bound, dtype=dt)
+    Cost (the skew part is taken as 2 skew(W^T G): the scale cancels in B and in the relative gap): five n x n
+    products and a half against Muon's fifteen: four in the weights' precision (W^T G, W^T W, F, W F), S^T S and
+    the half-product S V_lo in float64, and one float64 eigendecomposition (at n = 128 on one CPU thread, what
+    keeps the step above 1.5x Muon's). Until 2026-12-05 B was formed as S V diag(1/s) V^T everywhere: seven
+    products, two in float64 (P = S V diag(1/s) must be: in float32 its rounding, amplified by 1/s on the
+    smallest kept singular values, left B's columns off unit length, and at lr 1 the weights drifted off the
+    manifold to ~2e-4 over 1000 steps at n = 64; the paired form has no 1/s, and the test of that drift,
+    ``tests/test_lean_step.py``, holds for both). The step's direction is skew by construction, so it is
+    tangent and ``violation`` is 0.
+    """
+    W_new, gap, paired, fix = _square_stiefel_paired(W, G, lr, weight_decay)
+    if not bool(paired.all()):  # the one host read (the optimizer folds it into its step's one: ``guard``)
+        W_new, gap = fix(~paired)
+    return W_new, gap, torch.zeros_like(gap, dtype=W_new.dtype)
+
+
 
 
 def _column_dots(X, Y):
@@ -558,10 +674,19 @@ class ManifoldMuon(MatrixOptimizer):
         eigendecompositions read their LAPACK / cuSOLVER status once per batched call, ``manifold_muon.opcount``)."""
         M, lr, wd = group["manifold"], group["lr"], group["weight_decay"]
         if isinstance(M, Stiefel) and W.size(-2) == W.size(-1):
-            W_new, gap, violation = square_stiefel_step(W, G, lr, wd)
+            W_new, gap, paired, fix = _square_stiefel_paired(W, G, lr, wd)
+            zero = torch.zeros((), dtype=W_new.dtype, device=W.device)
             for i, s in enumerate(states):
-                s["tangent_violation"], s["duality_gap"] = violation[i], gap[i]
+                s["tangent_violation"], s["duality_gap"] = zero, gap[i]
                 s["inner_iterations"] = torch.zeros((), dtype=torch.long, device=W.device)
+
+            def general(bad):  # read in the step's one host synchronisation (``guard``)
+                W_g, gap_g = fix(bad)
+                for i, s in enumerate(states):
+                    s["duality_gap"] = gap_g[i]
+                return W_g
+
+            self.guard(paired, general)
             return W_new
         if isinstance(M, GramOblique) and resolve_tracker(M, group["tracker"], W.shape) == "admm":
             return self._oblique_update(W, G, group, states)

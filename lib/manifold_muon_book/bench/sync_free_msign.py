@@ -9,7 +9,8 @@ issue asks for one wait per optimizer step at most. A path with no eigendecompos
   quintics in float32, tuned for singular values in [``l0``, 1] after Frobenius scaling), then ``polish`` cubic
   Newton-Schulz steps X <- 1.5 X - 0.5 X X^T X in float64, then the skew part (tangent by construction). Three
   n x n products per quintic, two per polish; no decomposition, no host read.
-* ``eigh_msign``: the closed form's own B (one float64 eigendecomposition, the numerical range s > 1e-6 s_max).
+* ``eigh_msign``: the closed form's own B (one float64 eigendecomposition, its vectors paired, the numerical range
+  s > 1e-6 s_max: ``manifold_muon.optim.manifold_muon.skew_msign``).
 
 ``measure`` takes S from the benchmark's stationary stream (``solver_table.steady_stream``, its last momentum, the
 start point of ``solver_table``) and reports, per configuration: the relative duality gap against S's nuclear norm,
@@ -35,6 +36,7 @@ import torch
 
 from manifold_muon.msign import polar_express_coefficients
 from manifold_muon.opcount import OpCounter
+from manifold_muon.optim.manifold_muon import skew_msign
 from .common import device, one_cpu_thread, write_result
 
 # (Polar Express steps in float32, its l0, float64 polishes)
@@ -58,14 +60,9 @@ def matmul_msign(S: torch.Tensor, steps: int, l0: float, polish: int) -> torch.T
 
 
 def eigh_msign(S: torch.Tensor) -> torch.Tensor:
-    """The closed form's B: S V diag(1/s) V^T on the numerical range s > 1e-6 s_max (``square_stiefel_step``)."""
-    S = S.double()
-    lam, V = torch.linalg.eigh(S.mT @ S)
-    s = lam.clamp_min(0).sqrt()
-    keep = s > 1e-6 * s[..., -1:]
-    inv = torch.where(keep, s, 1).reciprocal() * keep
-    B = ((S @ V) * inv.unsqueeze(-2)) @ V.mT
-    return 0.5 * (B - B.mT)
+    """The closed form's B on the numerical range s > 1e-6 s_max, as ``square_stiefel_step`` reads it off one
+    float64 eigendecomposition (``manifold_muon.optim.manifold_muon.skew_msign``)."""
+    return skew_msign(S)[0]
 
 
 def skew_momentum(shape, seed: int = 0, steps: int = 64) -> torch.Tensor:
