@@ -49,6 +49,46 @@ def time_call(fn, repeats: int) -> float:
     return min(times)
 
 
+def interleaved(first, second, rounds: int, warmup: int = 0, min_rounds: int | None = None, budget_s: float = 0.0,
+                cuda: bool = False, prepare=None) -> tuple[list, list]:
+    """Wall times of ``first(i)`` and ``second(i)`` in interleaved rounds i = 0, 1, ...: ``first`` runs first in
+    even rounds and ``second`` in odd ones (a slowdown shared by both calls of a round cancels in their ratio);
+    ``warmup`` rounds are not kept, then rounds until ``min_rounds`` (default: all) are kept and ``budget_s``
+    seconds spent, at most ``rounds``. ``prepare``: a pair of callables, the k-th called with i before the k-th
+    call, untimed (e.g. setting a gradient). ``cuda``: synchronise the device before and after each timed call.
+    Returns the kept times of each, in seconds."""
+    min_rounds = rounds if min_rounds is None else min_rounds
+    fns, kept, spent = (first, second), ([], []), 0.0
+    for i in range(warmup + rounds):
+        if i >= warmup and len(kept[0]) >= min_rounds and spent >= budget_s:
+            break
+        times = [0.0, 0.0]
+        for k in ((0, 1) if i % 2 == 0 else (1, 0)):
+            if prepare is not None:
+                prepare[k](i)
+            if cuda:
+                torch.cuda.synchronize()
+            t0 = time.perf_counter()
+            fns[k](i)
+            if cuda:
+                torch.cuda.synchronize()
+            times[k] = time.perf_counter() - t0
+        if i >= warmup:
+            for acc, t in zip(kept, times):
+                acc.append(t)
+            spent += sum(times)
+    return kept
+
+
+def ratio_summary(times, base_times) -> dict:
+    """The median of the rounds' ratios ``times / base_times`` with its quartiles (``interleaved``'s rounds)."""
+    import statistics
+
+    ratios = [t / b for t, b in zip(times, base_times)]
+    q = statistics.quantiles(ratios, n=4) if len(ratios) > 1 else [ratios[0]] * 3
+    return dict(ratio=statistics.median(ratios), ratio_q1=q[0], ratio_q3=q[2])
+
+
 def write_result(out_dir, name: str, payload: dict, params: dict, wall_time_s: float) -> dict:
     """``payload`` + provenance (with ``params`` and the device) + wall time, written to ``out_dir/name.json``."""
     result = dict(**payload, **provenance({**params, "device": str(device())}), wall_time_s=round(wall_time_s, 3))

@@ -62,7 +62,7 @@ from manifold_muon.opcount import OpCounter
 from manifold_muon.optim import ManifoldMuon, Muon
 from manifold_muon.optim.inner_solvers import exact_solve, lean_solve
 from manifold_muon_lab.provenance import Stopwatch
-from .common import CPU_SHAPES, GPT2_SHAPES, device, one_cpu_thread, write_result
+from .common import CPU_SHAPES, GPT2_SHAPES, device, interleaved, one_cpu_thread, ratio_summary, write_result
 from .momenta import correlated, rotating_stream, synthetic_momentum
 
 MANIFOLDS = ("stiefel", "dgram", "gram_oblique")
@@ -173,6 +173,8 @@ def walk(make, W0, grads, lrs):
 
 # the timing protocol (since 2026-12-04): Muon and the variant in interleaved rounds on one stationary stream
 TIMING = dict(warmup=3, min_rounds=3, max_rounds=21, budget_s=4.0)
+# measure's stream for the full table: WARMUP momenta stepped first, then REPEATS, then the one e_W is taken at
+WARMUP, REPEATS = 3, 2
 
 
 def muon_fp32(params):
@@ -196,46 +198,23 @@ def paired_times(make, W0, grads, warmup: int, min_rounds: int, max_rounds: int,
     process, cancels in it), with its quartiles; ``seconds`` and ``muon_fp32_s`` the medians of each. Needs
     ``warmup + max_rounds`` momenta."""
     import statistics
-    import time
 
     if len(grads) < warmup + max_rounds:
         raise ValueError(f"paired_times: {len(grads)} momenta for {warmup} + {max_rounds} rounds; pass more")
-    cuda = W0.device.type == "cuda"
     arms = []
     for factory in (muon_fp32, make):
         W = torch.nn.Parameter(W0.clone())
         opt = factory([W])
         for g in opt.param_groups:
             g["lr"] = 0.0
-        arms.append((opt, W, []))
+        arms.append((opt, W))
 
-    def step(opt, W, G):
-        W.grad = G.clone()
-        if cuda:
-            torch.cuda.synchronize()
-        t0 = time.perf_counter()
-        opt.step()
-        if cuda:
-            torch.cuda.synchronize()
-        return time.perf_counter() - t0
-
-    spent, rounds = 0.0, 0
-    for i in range(warmup + max_rounds):
-        if i >= warmup and rounds >= min_rounds and spent >= budget_s:
-            break
-        times = [0.0, 0.0]
-        for k in ((0, 1) if i % 2 == 0 else (1, 0)):  # Muon first in even rounds, the variant in odd ones
-            times[k] = step(arms[k][0], arms[k][1], grads[i])
-        if i >= warmup:
-            for (_, _, acc), t in zip(arms, times):
-                acc.append(t)
-            spent += sum(times)
-            rounds += 1
-    (_, _, t_muon), (_, _, t_var) = arms
-    ratios = [v / m for v, m in zip(t_var, t_muon)]
-    q = statistics.quantiles(ratios, n=4) if len(ratios) > 1 else [ratios[0]] * 3
+    steps = [lambda i, opt=opt: opt.step() for opt, _ in arms]
+    set_grads = [lambda i, W=W: setattr(W, "grad", grads[i].clone()) for _, W in arms]  # untimed
+    t_muon, t_var = interleaved(*steps, rounds=max_rounds, warmup=warmup, min_rounds=min_rounds, budget_s=budget_s,
+                                cuda=W0.device.type == "cuda", prepare=set_grads)
     return dict(seconds=statistics.median(t_var), muon_fp32_s=statistics.median(t_muon),
-                ratio=statistics.median(ratios), ratio_q1=q[0], ratio_q3=q[2], timing_rounds=rounds)
+                **ratio_summary(t_var, t_muon), timing_rounds=len(t_var))
 
 
 def timing_stream(shape, seed: int, steps: int):
@@ -368,7 +347,7 @@ def main(out_dir: Path, quick: bool = False, ref_max_n: int = 768, exact_max_n: 
         shapes, repeats, warmup, steady = [(48, 16), (16, 16)], 1, 1, 6 if steady is None else steady
         timing = dict(dict(warmup=1, min_rounds=3, max_rounds=3, budget_s=0.0), **(timing or {}))
     else:
-        shapes, repeats, warmup = shapes or TABLE_SHAPES, repeats or 2, warmup or 3
+        shapes, repeats, warmup = shapes or TABLE_SHAPES, repeats or REPEATS, warmup or WARMUP
         steady = STEADY if steady is None else steady
     if device().type == "cuda":
         shapes = GPT2_SHAPES  # the shapes the GPU is for
@@ -583,7 +562,7 @@ def recount(out_dir: Path, table: str = "solver_table", name: str = "solver_tabl
     Written for the counter's host reads inside torch's checked linear algebra (2026-12-05: before, ``sync``
     counted only the reads the library's code makes itself). ``shapes``, ``manifolds``, ``variants``: a subset."""
     todo, table_params = _table_rows(out_dir, table, shapes, manifolds, variants, "solver_table.recount")
-    steps = 3 + 2 + 1  # measure's stream: warmup + repeats + 1 of the full table
+    steps = WARMUP + REPEATS + 1  # measure's stream of the full table
     rows, streams, muon = [], {}, {}
     with one_cpu_thread(), Stopwatch() as sw:
         for r in todo:

@@ -37,7 +37,7 @@ import torch
 from manifold_muon.msign import polar_express_coefficients
 from manifold_muon.opcount import OpCounter
 from manifold_muon.optim.manifold_muon import skew_msign
-from .common import device, one_cpu_thread, write_result
+from .common import device, interleaved, one_cpu_thread, ratio_summary, write_result
 
 # (Polar Express steps in float32, its l0, float64 polishes)
 CONFIGS = ((5, 1e-3, 0), (5, 1e-3, 1), (8, 1e-4, 1), (10, 1e-5, 0), (10, 1e-5, 1))
@@ -83,28 +83,11 @@ def _ops(fn, S) -> dict:
 
 
 def _paired_ratio(fast, base, rounds: int) -> dict:
-    """``fast``'s time over ``base``'s in interleaved rounds (order alternating), median and quartiles."""
-    cuda = device().type == "cuda"
-
-    def timed(fn):
-        if cuda:
-            torch.cuda.synchronize()
-        t0 = time.perf_counter()
-        fn()
-        if cuda:
-            torch.cuda.synchronize()
-        return time.perf_counter() - t0
-
-    fast(), base()  # warm-up
-    pairs = []
-    for i in range(rounds):
-        order = (fast, base) if i % 2 == 0 else (base, fast)
-        t = {fn: timed(fn) for fn in order}
-        pairs.append((t[fast], t[base]))
-    ratios = [a / b for a, b in pairs]
-    q = statistics.quantiles(ratios, n=4) if len(ratios) > 1 else ratios * 3
-    return dict(ratio=statistics.median(ratios), ratio_q1=q[0], ratio_q3=q[2], rounds=rounds,
-                seconds=statistics.median(a for a, _ in pairs), eigh_seconds=statistics.median(b for _, b in pairs))
+    """``fast``'s time over ``base``'s in interleaved rounds (``common.interleaved``) after one warm-up call of each."""
+    fast(), base()
+    t_fast, t_base = interleaved(lambda i: fast(), lambda i: base(), rounds, cuda=device().type == "cuda")
+    return dict(**ratio_summary(t_fast, t_base), rounds=rounds, seconds=statistics.median(t_fast),
+                eigh_seconds=statistics.median(t_base))
 
 
 def measure(shape, configs=CONFIGS, rounds: int = 7, seed: int = 0) -> list[dict]:
