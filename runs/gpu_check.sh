@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# One short check for a lent GPU (written for one H200; about 9 minutes): the solver's table at GPT-2 small's
-# shapes and the sync-free msign prototype at 128 and 768 (solver_table_gpu.json, sync_free_msign_gpu.json),
+# One short check for a lent GPU (written for one H200; about 10 minutes): the solver's table at GPT-2 small's
+# shapes, the sync-free msign prototype and the square closed form's cost by part at 128 and 768
+# (solver_table_gpu.json, sync_free_msign_gpu.json, square_cost_gpu.json),
 # then 30 steps of the gpt2-124m
 # preset (GPT-2 124M, 64 x 1024 tokens per step, bf16 autocast) per assignment, the post's five and
 # the paper's seven optimizers, and the per-step time of each as a ratio to plain Muon, printed next to the
@@ -43,6 +44,14 @@ import os; from pathlib import Path
 from manifold_muon_book.bench import sync_free_msign
 sync_free_msign.main(Path(os.environ['RESULT_DIR']), name='sync_free_msign_gpu')
 " || echo "sync_free_msign did not finish in 90 s"
+
+# And where square Stiefel's closed form spends its time on the GPU, part by part against a Muon step (bench
+# square_cost, chapter 04; under a minute): its eigendecomposition is the part a CPU cannot speak for.
+RESULT_DIR="$RESULT_DIR" timeout 90 "$PY" -c "
+import os; from pathlib import Path
+from manifold_muon_book.bench import square_cost
+square_cost.main(Path(os.environ['RESULT_DIR']), name='square_cost_gpu')
+" || echo "square_cost did not finish in 90 s"
 
 export PRESET=${PRESET:-gpt2-124m} STEPS=${STEPS:-30} DEVICE=${DEVICE:-cuda}
 BUDGET_S=${BUDGET_S:-420} RESULT_DIR="$RESULT_DIR" timeout 540 "$PY" - <<'EOF'
