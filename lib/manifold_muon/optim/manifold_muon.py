@@ -298,7 +298,7 @@ def skew_msign(S: torch.Tensor):
     s = lam.clamp_min(0).sqrt()
     t, keep, gap, paired = skew_pairs(S, s, V)
     Vp = _pair_columns(V)
-    B = (Vp.flip(-1) * torch.stack((t, -t), -1).unsqueeze(-3)).flatten(-2) @ Vp.flatten(-2).mT  # V Q
+    B = (Vp.flip(-1) * torch.stack((t, -t), -1).unsqueeze(-3)).flatten(-2) @ Vp.flatten(-2).mT  # (V Q) V^T
     if not bool(paired.all()):
         keep_g, P = range_msign(S, s, V)
         B_g = P @ V.mT
