@@ -49,6 +49,16 @@ def time_call(fn, repeats: int) -> float:
     return min(times)
 
 
+def square_shapes(shapes, default, who: str) -> list[tuple]:
+    """``shapes`` (or ``default``) as tuples, refused before any work unless each is square of side >= 2 (the
+    benchmarks of square Stiefel's closed form)."""
+    shapes = [tuple(s) for s in (shapes or default)]
+    bad = [s for s in shapes if len(s) != 2 or s[0] != s[1] or s[0] < 2]
+    if bad:
+        raise ValueError(f"{who}: square shapes of side >= 2 only (square Stiefel's closed form), got {bad}")
+    return shapes
+
+
 def interleaved(first, second, rounds: int, warmup: int = 0, min_rounds: int | None = None, budget_s: float = 0.0,
                 cuda: bool = False, prepare=None) -> tuple[list, list]:
     """Wall times of ``first(i)`` and ``second(i)`` in interleaved rounds i = 0, 1, ...: ``first`` runs first in

@@ -28,7 +28,7 @@ import torch
 
 from manifold_muon.optim import ManifoldMuon
 from manifold_muon.optim.manifold_muon import _square_stiefel_paired
-from .common import device, interleaved, one_cpu_thread, ratio_summary, write_result
+from .common import device, interleaved, one_cpu_thread, ratio_summary, square_shapes, write_result
 
 SHAPES = ((128, 128), (768, 768))
 QUICK_SHAPES = ((16, 16),)
@@ -90,10 +90,7 @@ def measure(shape, rounds: int, warmup: int = 3, seed: int = 0, lr: float = 0.02
 
 def main(out_dir: Path, quick: bool = False, shapes=None, rounds: int | None = None,
          name: str = "square_cost") -> dict:
-    shapes = [tuple(s) for s in (shapes or (QUICK_SHAPES if quick else SHAPES))]
-    bad = [s for s in shapes if len(s) != 2 or s[0] != s[1] or s[0] < 2]
-    if bad:
-        raise ValueError(f"square_cost: square shapes of side >= 2 only (square Stiefel's closed form), got {bad}")
+    shapes = square_shapes(shapes, QUICK_SHAPES if quick else SHAPES, "square_cost")
     rounds = rounds or (3 if quick else 41)
     t0 = time.perf_counter()
     with one_cpu_thread():

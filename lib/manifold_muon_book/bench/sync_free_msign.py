@@ -37,7 +37,7 @@ import torch
 from manifold_muon.msign import polar_express_coefficients
 from manifold_muon.opcount import OpCounter
 from manifold_muon.optim.manifold_muon import skew_msign
-from .common import device, interleaved, one_cpu_thread, ratio_summary, write_result
+from .common import device, interleaved, one_cpu_thread, ratio_summary, square_shapes, write_result
 
 # (Polar Express steps in float32, its l0, float64 polishes)
 CONFIGS = ((5, 1e-3, 0), (5, 1e-3, 1), (8, 1e-4, 1), (10, 1e-5, 0), (10, 1e-5, 1))
@@ -122,10 +122,7 @@ def _judge(S, B, B_eigh, nuc: float) -> dict:
 def main(out_dir: Path, quick: bool = False, shapes=None, configs=CONFIGS, rounds: int | None = None,
          name: str = "sync_free_msign") -> dict:
     """Writes ``out_dir/<name>.json`` (``runs/gpu_check.sh`` names its GPU run ``sync_free_msign_gpu``)."""
-    shapes = [tuple(s) for s in (shapes or (QUICK_SHAPES if quick else SHAPES))]
-    bad = [s for s in shapes if len(s) != 2 or s[0] != s[1] or s[0] < 2]
-    if bad:
-        raise ValueError(f"sync_free_msign: square shapes of side >= 2 only (square Stiefel's closed form), got {bad}")
+    shapes = square_shapes(shapes, QUICK_SHAPES if quick else SHAPES, "sync_free_msign")
     rounds = rounds or (3 if quick else 7)
     t0 = time.perf_counter()
     with one_cpu_thread():
