@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # One short check for a lent GPU (written for one H200; about 10 minutes): the solver's table at GPT-2 small's
-# shapes, the sync-free msign prototype and the square closed form's cost by part at 128 and 768
-# (solver_table_gpu.json, sync_free_msign_gpu.json, square_cost_gpu.json),
+# shapes, the sync-free msign prototype, the square closed form's cost by part at 128 and 768 and the Gram
+# picture's first solve two ways (solver_table_gpu.json, sync_free_msign_gpu.json, square_cost_gpu.json,
+# diagonal_solve_gpu.json),
 # then 30 steps of the gpt2-124m
 # preset (GPT-2 124M, 64 x 1024 tokens per step, bf16 autocast) per assignment, the post's five and
 # the paper's seven optimizers, and the per-step time of each as a ratio to plain Muon, printed next to the
@@ -52,6 +53,14 @@ import os; from pathlib import Path
 from manifold_muon_book.bench import square_cost
 square_cost.main(Path(os.environ['RESULT_DIR']), name='square_cost_gpu')
 " || echo "square_cost did not finish in 90 s"
+
+# And the Gram picture's first solve two ways (bench diagonal_solve, chapter 04; seconds): a Cholesky factorisation
+# with its triangular solves against one product, where the GPU's ratio need not be the CPU's.
+RESULT_DIR="$RESULT_DIR" timeout 60 "$PY" -c "
+import os; from pathlib import Path
+from manifold_muon_book.bench import diagonal_solve
+diagonal_solve.main(Path(os.environ['RESULT_DIR']), name='diagonal_solve_gpu')
+" || echo "diagonal_solve did not finish in 60 s"
 
 export PRESET=${PRESET:-gpt2-124m} STEPS=${STEPS:-30} DEVICE=${DEVICE:-cuda}
 BUDGET_S=${BUDGET_S:-420} RESULT_DIR="$RESULT_DIR" timeout 540 "$PY" - <<'EOF'

@@ -284,6 +284,18 @@ def _cholesky_solve(B, L):
     return torch.linalg.solve_triangular(L.mT, torch.linalg.solve_triangular(L, B, upper=False), upper=True)
 
 
+def _diagonal_solve(D, d, ridge, B):
+    """X with (D + ridge I) X = B where D = diag(d) + O and O is at rounding level (a Stiefel or DGram point):
+    X = J B - J O J B, J = diag(1 / (d + ridge)), the first two terms of the Neumann series. What is left,
+    (J O)^2 X, is second order in O (~1e-14 relative in float32), below the rounding of X itself. One n x n
+    product in D's precision, where the float64 Cholesky factorisation and its two triangular solves cost about
+    three (measured by the benchmark ``diagonal_solve``, chapter 04)."""
+    J = (d + ridge[..., None]).reciprocal().unsqueeze(-1)
+    Y = J * B
+    O = D - torch.diag_embed(d)
+    return Y - J * (O @ Y)
+
+
 def gram_picture(W, G, P, dtype=torch.float64, products=torch.float64, diagonal: bool | None = None) -> GramPicture:
     """The blocks of a tall (W, G), products in float64 (measured: float32 blocks let the certificate
     under-report the gap by up to 3x where W^T W is ill conditioned, e.g. Oblique, or where Z has many
@@ -294,8 +306,10 @@ def gram_picture(W, G, P, dtype=torch.float64, products=torch.float64, diagonal:
     rank-deficient W off its manifold still gives C normal to its range up to rounding). Where D's
     off-diagonal part is at W's rounding level (||off D||_F <= 16 eps ||diag D||, every Stiefel and DGram
     point; measured ~2e-7 relative after float32 steps) the solve takes D as diag(D): its solves and
-    products are row scalings (``GramPicture.dmul``; ``multiplier`` always did so). The whole D is kept
-    for the retraction (``gram(..., exact=True)``). For a square W,
+    products are row scalings (``GramPicture.dmul``; ``multiplier`` always did so), and K0 is solved with
+    the whole D by the first two terms of its Neumann series about diag(D) (``_diagonal_solve``: one n x n
+    product instead of the factorisation and its two triangular solves; until 2026-12-05 the Cholesky path was
+    taken there too). The whole D is kept for the retraction (``gram(..., exact=True)``). For a square W,
     C = 0 exactly and is set so: its rounding noise, amplified by msign, would otherwise leak into A."""
     W64, G64 = W.to(products), G.to(products)
     D = _sym(W64.mT @ W64)
@@ -310,8 +324,12 @@ def gram_picture(W, G, P, dtype=torch.float64, products=torch.float64, diagonal:
         diagonal = bool((off_norm <= 16 * torch.finfo(W.dtype).eps * torch.linalg.vector_norm(d, dim=-1)).all())
     # K0 with the whole D even then: C must be normal to W's range to rounding, as the retraction's
     # X^T X = a^T D a + b^T R b has no cross terms (with diag(D) here, constraints drifted over 1000 steps)
-    L = _cholesky((D + ridge[..., None, None] * torch.eye(D.size(-1), dtype=D.dtype, device=D.device)).to(torch.float64))
-    K0 = _cholesky_solve(WtG.to(torch.float64), L).to(products)
+    if diagonal:
+        K0 = _diagonal_solve(D, d, ridge, WtG)
+    else:
+        eye = torch.eye(D.size(-1), dtype=D.dtype, device=D.device)
+        L = _cholesky((D + ridge[..., None, None] * eye).to(torch.float64))
+        K0 = _cholesky_solve(WtG.to(torch.float64), L).to(products)
     if W.size(-2) == W.size(-1):  # square: range(W) is everything, C = 0 exactly (what is left is rounding)
         C = torch.zeros_like(G64)
         R = torch.zeros_like(D)
