@@ -284,12 +284,22 @@ def _cholesky_solve(B, L):
     return torch.linalg.solve_triangular(L.mT, torch.linalg.solve_triangular(L, B, upper=False), upper=True)
 
 
-def _diagonal_solve(D, d, ridge, B):
-    """X with (D + ridge I) X = B where D = diag(d) + O and O is at rounding level (a Stiefel or DGram point):
+def _factored_solve(D, ridge, B):
+    """X with (D + ridge I) X = B (D symmetric positive semi-definite, ridge per matrix) by a float64 Cholesky
+    factorisation and its two triangular solves, returned in B's precision: ``gram_picture``'s solve for K0
+    where D is not diagonal (Oblique)."""
+    eye = torch.eye(D.size(-1), dtype=D.dtype, device=D.device)
+    L = _cholesky((D + ridge[..., None, None] * eye).to(torch.float64))
+    return _cholesky_solve(B.to(torch.float64), L).to(B.dtype)
+
+
+def _diagonal_solve(D, ridge, B):
+    """``_factored_solve``'s X where D = diag(d) + O and O is at rounding level (a Stiefel or DGram point):
     X = J B - J O J B, J = diag(1 / (d + ridge)), the first two terms of the Neumann series. What is left,
     (J O)^2 X, is second order in O (~1e-14 relative in float32), below the rounding of X itself. One n x n
     product in D's precision, where the float64 Cholesky factorisation and its two triangular solves cost about
     three (measured by the benchmark ``diagonal_solve``, chapter 04)."""
+    d = D.diagonal(dim1=-2, dim2=-1)
     J = (d + ridge[..., None]).reciprocal().unsqueeze(-1)
     Y = J * B
     O = D - torch.diag_embed(d)
@@ -324,12 +334,7 @@ def gram_picture(W, G, P, dtype=torch.float64, products=torch.float64, diagonal:
         diagonal = bool((off_norm <= 16 * torch.finfo(W.dtype).eps * torch.linalg.vector_norm(d, dim=-1)).all())
     # K0 with the whole D even then: C must be normal to W's range to rounding, as the retraction's
     # X^T X = a^T D a + b^T R b has no cross terms (with diag(D) here, constraints drifted over 1000 steps)
-    if diagonal:
-        K0 = _diagonal_solve(D, d, ridge, WtG)
-    else:
-        eye = torch.eye(D.size(-1), dtype=D.dtype, device=D.device)
-        L = _cholesky((D + ridge[..., None, None] * eye).to(torch.float64))
-        K0 = _cholesky_solve(WtG.to(torch.float64), L).to(products)
+    K0 = (_diagonal_solve if diagonal else _factored_solve)(D, ridge, WtG)
     if W.size(-2) == W.size(-1):  # square: range(W) is everything, C = 0 exactly (what is left is rounding)
         C = torch.zeros_like(G64)
         R = torch.zeros_like(D)

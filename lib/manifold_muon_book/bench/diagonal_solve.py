@@ -3,8 +3,8 @@ against each other in interleaved rounds (``common.interleaved``), one CPU threa
 stationary stream (``solver_table.start_point``, ``timing_stream``), as ``gram_picture`` runs it in the lean step
 (W^T W and W^T G in float32):
 
-* ``cholesky``: the factorisation of D + ridge I and its two triangular solves, float64 (the only path until
-  2026-12-05, and still the path where D is not diagonal, Oblique);
+* ``cholesky``: ``inner_solvers._factored_solve``, the factorisation of D + ridge I and its two triangular solves,
+  float64 (the only path until 2026-12-05, and still the path where D is not diagonal, Oblique);
 * ``neumann``: ``inner_solvers._diagonal_solve``, the first two terms of the Neumann series about diag(D), one n x n
   product in float32 (the path where the caller says D is diagonal to rounding).
 
@@ -25,7 +25,7 @@ from pathlib import Path
 
 import torch
 
-from manifold_muon.optim.inner_solvers import _cholesky, _cholesky_solve, _diagonal_solve, _sym, _tall_unit
+from manifold_muon.optim.inner_solvers import _diagonal_solve, _factored_solve, _sym, _tall_unit
 from .common import device, interleaved, one_cpu_thread, ratio_summary, write_result
 
 SHAPES = ((512, 128), (2304, 768))  # tall forms of the CPU presets' 128 x 512 and GPT-2 small's c_attn
@@ -34,16 +34,9 @@ MANIFOLDS = ("stiefel", "dgram")
 
 
 def _systems(W, G):
-    """(D, d, ridge, W^T G) as ``gram_picture`` forms them for a float32 (W, G)."""
+    """(D, ridge, W^T G) as ``gram_picture`` forms them for a float32 (W, G)."""
     D = _sym(W.mT @ W)
-    d = D.diagonal(dim1=-2, dim2=-1)
-    return D, d, torch.finfo(W.dtype).eps * d.amax(-1).clamp_min(1e-30), W.mT @ G
-
-
-def _cholesky_k0(D, d, ridge, B):
-    eye = torch.eye(D.size(-1), dtype=D.dtype, device=D.device)
-    L = _cholesky((D + ridge[..., None, None] * eye).to(torch.float64))
-    return _cholesky_solve(B.to(torch.float64), L).to(B.dtype)
+    return D, torch.finfo(W.dtype).eps * D.diagonal(dim1=-2, dim2=-1).amax(-1).clamp_min(1e-30), W.mT @ G
 
 
 def _max_rel(X, Y):
@@ -59,10 +52,10 @@ def measure(shape, manifold: str, rounds: int, warmup: int = 3, seed: int = 0) -
     for G in grads:
         W, Gt, _ = _tall_unit(W0, G.float()[None].to(W0.device))
         systems.append((W, Gt, _systems(W, Gt)))
-    t_chol, t_neu = interleaved(lambda i: _cholesky_k0(*systems[i][2]), lambda i: _diagonal_solve(*systems[i][2]),
+    t_chol, t_neu = interleaved(lambda i: _factored_solve(*systems[i][2]), lambda i: _diagonal_solve(*systems[i][2]),
                                 rounds, warmup=warmup, cuda=W0.device.type == "cuda")
-    W, Gt, (D, d, ridge, B) = systems[-1]
-    K_chol, K_neu = _cholesky_k0(D, d, ridge, B), _diagonal_solve(D, d, ridge, B)
+    W, Gt, (D, ridge, B) = systems[-1]
+    K_chol, K_neu = _factored_solve(D, ridge, B), _diagonal_solve(D, ridge, B)
     residual = lambda K: float((W.mT @ (Gt - W @ K)).abs().max() / B.abs().max())  # noqa: E731
     return dict(shape=list(shape), manifold=manifold, **ratio_summary(t_neu, t_chol),
                 neumann_s=statistics.median(t_neu), cholesky_s=statistics.median(t_chol), rounds=rounds,
