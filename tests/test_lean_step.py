@@ -455,7 +455,7 @@ def test_certify_first_shares_one_eigendecomposition_and_stays_honest(name, shap
             sol = lean_solve(W, G, P, warm=warm, steps=1, diagonal=diagonal, certify_first=True)
         assert ops.counts["eigh"] == 1
         if warm is not None and dtype == torch.float32:  # the same certificate and iteration, in one eigh
-            Wt, Gt, _ = _tall_unit(W, G)
+            Wt, Gt, _ = _tall_unit(W, G, views=True)
             pic = gram_picture(Wt, Gt, P, torch.float64, products=torch.float32 if diagonal else torch.float64,
                                diagonal=diagonal)
             A_c, value_c, bound_c = certificate(pic, warm[0], None, 1e-6, fast=True)
@@ -482,7 +482,7 @@ def test_certify_first_with_more_iterations_is_admm_grams_own_run(name):
     with OpCounter(max(shape)) as ops:
         sol = lean_solve(W, G, P, warm=(first.Lambda, first.U), steps=3, diagonal=diagonal, certify_first=True)
     assert ops.counts["eigh"] == 3
-    Wt, Gt, _ = _tall_unit(W, G)
+    Wt, Gt, _ = _tall_unit(W, G, views=True)
     pic = gram_picture(Wt, Gt, P, torch.float64, products=torch.float32 if diagonal else torch.float64,
                        diagonal=diagonal)
     zero = Span(torch.zeros_like(pic.D), torch.zeros_like(pic.D))
@@ -514,7 +514,7 @@ def test_newton_tracker_stays_honest_and_damps_by_its_rule(name, eigenbasis, sha
                              eigenbasis=eigenbasis)
         assert ops.counts["eigh"] == 2 and explicit_reads(ops) == 0
         if warm is not None:
-            Wt, Gt, _ = _tall_unit(W.float(), G.float())
+            Wt, Gt, _ = _tall_unit(W.float(), G.float(), views=True)
             pic = gram_picture(Wt, Gt, P, torch.float64, products=torch.float32 if diagonal else torch.float64,
                                diagonal=diagonal)
             f = lambda L: float(torch.linalg.eigvalsh(_sym((pic.K0 + 2 * L).mT @ pic.dmul(pic.K0 + 2 * L) + pic.R))  # noqa: E731
@@ -585,7 +585,7 @@ def test_eigen_cg_is_the_preconditioned_newton_direction(shape, cg_steps):
     g = torch.Generator().manual_seed(sum(shape) + cg_steps)
     M = get_manifold("stiefel")
     W, G = M.random_point(shape, generator=g).double(), spectrum_momentum(shape, g).double()
-    Wt, Gt, _ = _tall_unit(W, G, True)
+    Wt, Gt, _ = _tall_unit(W, G, True, views=True)
     pic = gram_picture(Wt, Gt, M.gram_projector, torch.float64, diagonal=True)
     noise = _sym(torch.randn(pic.D.shape, generator=g, dtype=torch.float64))  # a multiplier off the cold start
     a = pic.K0 - multiplier(pic, pic.DK0 + pic.DK0.mT) + 0.05 * noise

@@ -45,3 +45,24 @@ def test_bad_arguments_are_refused_before_any_work(tmp_path, kwargs, words):
     with pytest.raises(ValueError, match=words):
         solver_seeds.main(tmp_path, **kwargs)
     assert not list(tmp_path.iterdir())
+
+
+def test_merge_joins_parts_and_refuses_a_weight_measured_twice(tmp_path):
+    solver_seeds.main(tmp_path, quick=True, manifolds=("stiefel",), name="a")
+    solver_seeds.main(tmp_path, quick=True, manifolds=("dgram",), name="b")
+    merged = solver_seeds.merge(tmp_path, ["a", "b"])
+    assert [s["manifold"] for s in merged["summary"]] == ["stiefel", "dgram"]
+    assert set(merged["parts"]) == {"a", "b"} and merged["parameters"]["merged"] == ["a", "b"]
+    with pytest.raises(ValueError, match="merge only one"):
+        solver_seeds.merge(tmp_path, ["a", "a"], name="c")
+    assert not (tmp_path / "c.json").exists()
+
+
+def test_skew_floors_reads_the_closed_forms_numerical_range(tmp_path):
+    result = solver_seeds.skew_floors(tmp_path, shapes=((16, 16),), seeds=(0, 1), steady=4)
+    assert [r["seed"] for r in result["rows"]] == [0, 1]
+    for r in result["rows"]:
+        assert 0 < r["s_min_rel"] <= 1 and r["below_range"] == 0  # a Gaussian-like S at n = 16 is well inside it
+    with pytest.raises(ValueError, match="square shapes only"):
+        solver_seeds.skew_floors(tmp_path, shapes=((16, 8),), name="bad")
+    assert not (tmp_path / "bad.json").exists()

@@ -44,10 +44,14 @@ def rms(X: torch.Tensor) -> torch.Tensor:
     return X.pow(2).mean(dim=(-2, -1)).sqrt()
 
 
-def _tall_unit(W, G, normalize=True):
+def _tall_unit(W, G, normalize=True, views: bool = False):
+    """(W, G, wide): a wide pair transposed to tall, G rescaled to unit RMS unless ``normalize`` is False. By default
+    as row-major copies (the m x n solvers' elementwise work mixes them with fresh products, and elementwise work
+    across two layouts is several times slower, measured); ``views``: the transposes as views, no copy (the Gram
+    picture, which keeps every m x n operation in the input's layout: ``gram_picture``, ``Span.matrix``)."""
     wide = W.size(-2) < W.size(-1)
-    if wide:  # row-major copies: elementwise work on a transposed view is several times slower (measured)
-        W, G = W.mT.contiguous(), G.mT.contiguous()
+    if wide:
+        W, G = (W.mT, G.mT) if views else (W.mT.contiguous(), G.mT.contiguous())
     if not normalize:
         return W, G, wide
     scale = rms(G).clamp_min(torch.finfo(G.dtype).tiny)[..., None, None]
@@ -263,10 +267,20 @@ class Span:
         return Span(torch.where(m, self.a, other.a), torch.where(m, self.b, other.b))
 
     def matrix(self, pic: GramPicture):
-        """The m x n matrix W a + C b (the one m-dependent product; on a square W, C = 0 and W a alone)."""
+        """The m x n matrix W a + C b (the one m-dependent product; on a square W, C = 0 and W a alone), in W's
+        layout: where W is the transposed view of a wide weight (``_tall_unit(views=True)``) it is formed as the
+        transpose of a^T W^T + b^T C^T, so that the wide weight comes back row-major (no copy, and the caller's
+        elementwise work on it stays in one layout)."""
         if pic.W.size(-2) == pic.W.size(-1):
             return pic.W @ self.a.to(pic.W.dtype)
+        if _transposed(pic.W):
+            return (self.a.to(pic.W.dtype).mT @ pic.W.mT + self.b.to(pic.C.dtype).mT @ pic.C.mT).mT
         return pic.W @ self.a.to(pic.W.dtype) + pic.C @ self.b.to(pic.C.dtype)
+
+
+def _transposed(X) -> bool:
+    """X is the transposed view of a row-major matrix (a wide weight seen tall, ``_tall_unit(views=True)``)."""
+    return not X.is_contiguous() and X.mT.is_contiguous()
 
 
 def _cholesky(A):
@@ -339,7 +353,8 @@ def gram_picture(W, G, P, dtype=torch.float64, products=torch.float64, diagonal:
         C = torch.zeros_like(G64)
         R = torch.zeros_like(D)
     else:
-        C = G64 - W64 @ K0
+        # in G's layout: a wide weight's tall view gets C as the transpose of G^T - K0^T W^T (``Span.matrix``)
+        C = (G64.mT - K0.mT @ W64.mT).mT if _transposed(G64) else G64 - W64 @ K0
         # float32 products (the lean solve): R is still formed in float64, as the Gram matrix of exactly the C
         # that is stored and multiplied at the end. msign amplifies a direction of singular value s by 1/s, so
         # where C is rank-deficient (a low-rank gradient) R must describe that C below float32's rounding, or
@@ -620,7 +635,7 @@ def gram_solve(W, G, P, steps=16, tol=1e-3, rho=None, warm=None, check_every=4, 
     rtol = 1e-3 if dtype != torch.float64 else (1e-7 if W.dtype == torch.float64 else 1e-6)
     if W.dtype not in (torch.float32, torch.float64):  # bfloat16 / float16 in: products in float32
         W, G = W.float(), G.float()
-    Wt, Gt, wide = _tall_unit(W, G, normalize)
+    Wt, Gt, wide = _tall_unit(W, G, normalize, views=True)
     pic = gram_picture(Wt, Gt, P, dtype)
     rho = rho if rho is not None else Wt.size(-1) ** -0.5
     S = pic.DK0  # W^T G
@@ -720,7 +735,7 @@ def lean_solve(W, G, P, warm=None, steps=1, rho=None, relax=1.8, normalize=True,
                          "its Newton step: certify_first does not apply")
     if W.dtype not in (torch.float32, torch.float64):
         W, G = W.float(), G.float()
-    Wt, Gt, wide = _tall_unit(W, G, normalize)
+    Wt, Gt, wide = _tall_unit(W, G, normalize, views=True)
     # float32 products where W^T W is diagonal; where it is not (Oblique) its small eigenvalues make the
     # coefficients large and float32 products would let ||A||_op exceed 1 by ~1e-5: float64 there
     products = Wt.dtype if diagonal else torch.float64
@@ -969,7 +984,7 @@ def newton_solve(W, G, P, warm=None, tol=1e-8, steps=40, cg_steps=40, normalize=
     Hessian's first term (``_eigen_cg``, two products a CG step), to the same relative residual."""
     if W.dtype != torch.float64:
         W, G = W.double(), G.double()
-    Wt, Gt, wide = _tall_unit(W, G, normalize)
+    Wt, Gt, wide = _tall_unit(W, G, normalize, views=True)
     pic = gram_picture(Wt, Gt, P, torch.float64)
     if warm is None:
         S = pic.DK0

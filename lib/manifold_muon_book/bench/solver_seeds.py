@@ -139,5 +139,48 @@ def main(out_dir: Path, quick: bool = False, shapes=None, manifolds=MANIFOLDS, v
     return result
 
 
+def skew_floors(out_dir: Path, shapes=((128, 128), (768, 768)), seeds=SEEDS, steady: int = STEADY,
+                name: str = "solver_seeds_skew_floor") -> dict:
+    """Why square Stiefel's closed form (exact, gap 0) can sit a little off the reference: per draw of ``measure``,
+    the singular values of S = skew(W0^T G) (float64, from the float32 weight and momentum the study steps), the
+    smallest relative to the largest, and how many lie below the closed form's numerical range (1e-6 of the
+    largest, ``manifold_muon.optim.manifold_muon.skew_pairs`` and ``range_msign``: null there, B = 0 on them, while the
+    float64 reference resolves them; a pair there moves the step by about lr sqrt(2 / n) of the weight)."""
+    if any(s[0] != s[1] for s in shapes):
+        raise ValueError(f"solver_seeds.skew_floors: square shapes only (the closed form's), got {list(shapes)}")
+    rows = []
+    with one_cpu_thread(), Stopwatch() as sw:
+        for shape in shapes:
+            for seed in seeds:
+                W0 = start_point(shape, "stiefel", seed).double().cpu()
+                G = steady_stream(shape, steady, seed + 2)[-1].double().cpu()
+                K = W0.mT @ G
+                sv = torch.linalg.svdvals(K - K.mT)
+                rel = sv / sv[0]
+                rows.append(dict(shape=list(shape), seed=seed, s_min_rel=float(rel[-1]),
+                                 below_range=int((rel <= 1e-6).sum()), range_rtol=1e-6))
+    return write_result(out_dir, name, dict(rows=rows), dict(shapes=[list(s) for s in shapes], seeds=list(seeds),
+                                                             steady=steady), sw.seconds)
+
+
+def merge(out_dir: Path, parts, name: str = "solver_seeds") -> dict:
+    """One study from parts written by ``main(..., name=part)`` (e.g. the CPU presets' shapes and GPT-2 small's, run
+    in separate processes): rows and summaries concatenated, each part's parameters and provenance kept under
+    ``parts``. A (weight, variant, seed) measured by two parts is refused: say which part to keep."""
+    import json
+
+    loaded = [json.loads((Path(out_dir) / f"{p}.json").read_text()) for p in parts]
+    seen = {}
+    for p, t in zip(parts, loaded):
+        for r in t["rows"]:
+            k = (tuple(r["shape"]), r["manifold"], r["variant"], r["seed"])
+            if k in seen:
+                raise ValueError(f"solver_seeds.merge: {k} is in parts {seen[k]} and {p}; merge only one of them")
+            seen[k] = p
+    payload = dict(rows=[r for t in loaded for r in t["rows"]], summary=[s for t in loaded for s in t["summary"]],
+                   parts={p: {k: v for k, v in t.items() if k not in ("rows", "summary")} for p, t in zip(parts, loaded)})
+    return write_result(out_dir, name, payload, dict(merged=list(parts)), sum(t["wall_time_s"] for t in loaded))
+
+
 if __name__ == "__main__":
     main(Path(sys.argv[1]) if len(sys.argv) > 1 else Path("runs/bench"))
