@@ -32,8 +32,8 @@ from manifold_muon.manifolds import get_manifold
 from manifold_muon.optim import ManifoldMuon
 from manifold_muon_lab.provenance import Stopwatch
 from .common import one_cpu_thread, write_result
-from .solver_table import (LRS, MANIFOLDS, STEADY, TABLE_SHAPES, TUNING_SEED, VARIANTS, e_W, reference, start_point,
-                           steady_stream, walk)
+from .solver_table import (LRS, MANIFOLDS, STEADY, TABLE_SHAPES, TUNING_SEED, VARIANTS, check_names, e_W, reference,
+                           start_point, steady_stream, walk)
 
 SEEDS = (0, 1, 2, 3, 4)
 QUICK = dict(shapes=[(48, 16)], seeds=(0, 1), steady=6)
@@ -96,12 +96,7 @@ def main(out_dir: Path, quick: bool = False, shapes=None, manifolds=MANIFOLDS, v
     """The study over ``shapes`` (default the table's, ``TABLE_SHAPES``) x ``manifolds`` x ``seeds``, ``variants`` of
     ``solver_table.VARIANTS`` (default the library's lean step), into ``out_dir/name.json``. Bad arguments are
     refused before any work."""
-    unknown = [v for v in variants if v not in VARIANTS]
-    if unknown:
-        raise ValueError(f"solver_seeds: unknown variant(s) {', '.join(unknown)}; choose from {', '.join(VARIANTS)}")
-    unknown = [m for m in manifolds if m not in MANIFOLDS]
-    if unknown:
-        raise ValueError(f"solver_seeds: unknown manifold(s) {', '.join(unknown)}; choose from {', '.join(MANIFOLDS)}")
+    check_names("solver_seeds", variants, manifolds)
     seeds = tuple(seeds)
     if not seeds or any(not isinstance(s, int) or s < 0 for s in seeds) or len(set(seeds)) != len(seeds):
         raise ValueError(f"solver_seeds: seeds must be distinct non-negative integers, got {seeds!r}")

@@ -317,6 +317,16 @@ def measure(shape, manifold: str, repeats: int, warmup: int, ref_max_n: int, see
     return rows
 
 
+def check_names(who: str, variants=(), manifolds=()) -> None:
+    """A clear error, before any work, for a variant that is not in ``VARIANTS`` or a manifold not in ``MANIFOLDS``."""
+    unknown = [v for v in variants if v not in VARIANTS]
+    if unknown:
+        raise ValueError(f"{who}: unknown variant(s) {', '.join(unknown)}; choose from {', '.join(VARIANTS)}")
+    unknown = [m for m in manifolds if m not in MANIFOLDS]
+    if unknown:
+        raise ValueError(f"{who}: unknown manifold(s) {', '.join(unknown)}; choose from {', '.join(MANIFOLDS)}")
+
+
 def main(out_dir: Path, quick: bool = False, ref_max_n: int = 768, exact_max_n: int = 128,
          fail_on_miss: bool | None = None, shapes=None, name: str = "solver_table", repeats: int | None = None,
          warmup: int | None = None, steady: int | None = None, variants=TABLE_VARIANTS,
@@ -333,16 +343,11 @@ def main(out_dir: Path, quick: bool = False, ref_max_n: int = 768, exact_max_n: 
     ``warmup + repeats + 1``: the length of the stream whose last momentum every variant steps from (the step-6
     e_W of the full table); the timing has its own stream."""
     _check_timing(timing, "solver_table")
-    unknown = [v for v in variants if v not in VARIANTS]
-    if unknown:
-        raise ValueError(f"solver_table: unknown variant(s) {', '.join(unknown)}; choose from {', '.join(VARIANTS)}")
+    check_names("solver_table", variants, manifolds)
     idle = [v for v in steady_variants if v not in variants]
     if idle:
         raise ValueError(f"solver_table: steady_variants {', '.join(idle)} not among the variants run "
                          f"({', '.join(variants)}): add them to variants, or leave them out of steady_variants")
-    unknown = [m for m in manifolds if m not in MANIFOLDS]
-    if unknown:
-        raise ValueError(f"solver_table: unknown manifold(s) {', '.join(unknown)}; choose from {', '.join(MANIFOLDS)}")
     if quick:
         shapes, repeats, warmup, steady = [(48, 16), (16, 16)], 1, 1, 6 if steady is None else steady
         timing = dict(dict(warmup=1, min_rounds=3, max_rounds=3, budget_s=0.0), **(timing or {}))
