@@ -158,24 +158,28 @@ def skew_floors(out_dir: Path, shapes=((128, 128), (768, 768)), seeds=SEEDS, ste
                                                              steady=steady), sw.seconds)
 
 
-def merge(out_dir: Path, parts, name: str = "solver_seeds") -> dict:
+def merge(out_dir: Path, parts, name: str = "solver_seeds", key=None, who: str = "solver_seeds", finish=None) -> dict:
     """One study from parts written by ``main(..., name=part)`` (e.g. the CPU presets' shapes and GPT-2 small's, run
     in separate processes): rows and summaries concatenated, each part's parameters and provenance kept under
-    ``parts``. A (weight, variant, seed) measured by two parts is refused: say which part to keep."""
+    ``parts``. A (weight, variant, seed) measured by two parts is refused: say which part to keep. ``key`` (a row's
+    identity, default (shape, manifold, variant, seed)), ``who`` and ``finish(payload, loaded)`` (checks and adds to
+    the payload before anything is written) let another study merge its parts the same way (``solver_settling``)."""
     import json
 
+    key = key or (lambda r: (tuple(r["shape"]), r["manifold"], r["variant"], r["seed"]))
     loaded = [json.loads((Path(out_dir) / f"{p}.json").read_text()) for p in parts]
     seen = {}
     for p, t in zip(parts, loaded):
         for r in t["rows"]:
-            k = (tuple(r["shape"]), r["manifold"], r["variant"], r["seed"])
+            k = key(r)
             if k in seen:
-                raise ValueError(f"solver_seeds.merge: {k} is in parts {seen[k]} and {p}; merge only one of them")
+                raise ValueError(f"{who}.merge: {k} is in parts {seen[k]} and {p}; merge only one of them")
             seen[k] = p
     payload = dict(rows=[r for t in loaded for r in t["rows"]], summary=[s for t in loaded for s in t["summary"]],
                    parts={p: {k: v for k, v in t.items() if k not in ("rows", "summary")} for p, t in zip(parts, loaded)})
+    if finish is not None:
+        finish(payload, loaded)
     return write_result(out_dir, name, payload, dict(merged=list(parts)), sum(t["wall_time_s"] for t in loaded))
-
 
 if __name__ == "__main__":
     main(Path(sys.argv[1]) if len(sys.argv) > 1 else Path("runs/bench"))
