@@ -135,9 +135,10 @@ def rotating_stream(shape, steps: int, decay: float = 1.3, rho: float = 0.95, ge
         eps = math.sqrt(lo * hi)
         c = float((G0 * make(_orthonormal(U + eps * Zu), _orthonormal(V + eps * Zv))).sum() / (G0 * G0).sum())
         lo, hi = (eps, hi) if c > rho else (lo, eps)
-    out = [G0]
+    unit = lambda G: (G / G.pow(2).mean().sqrt()).float()  # noqa: E731 - each kept in float32 as it is made
+    out = [unit(G0)]  # (so a long stream at GPT-2's shapes holds one float64 momentum at a time, not all of them)
     for _ in range(steps - 1):
         U = _orthonormal(U + eps * torch.randn(m, k, generator=generator, dtype=torch.float64))
         V = _orthonormal(V + eps * torch.randn(n, k, generator=generator, dtype=torch.float64))
-        out.append(make(U, V))
-    return [(G / G.pow(2).mean().sqrt()).float() for G in out]
+        out.append(unit(make(U, V)))
+    return out
