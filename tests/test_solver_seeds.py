@@ -39,7 +39,7 @@ def test_the_summary_follows_the_stated_criterion(tmp_path):
     (dict(manifolds=("sphere",)), "unknown manifold"),
     (dict(seeds=(0, 0)), "distinct"),
     (dict(seeds=(0, 5)), "tuning"),
-    (dict(shapes=[(768, 768)], manifolds=("dgram",)), "settled e_W"),
+    (dict(shapes=[(768, 768)], manifolds=("dgram",)), "certified reference"),
 ])
 def test_bad_arguments_are_refused_before_any_work(tmp_path, kwargs, words):
     with pytest.raises(ValueError, match=words):

@@ -44,6 +44,23 @@ def judged(shape, manifold: str) -> bool:
     return shape[0] != shape[1] or manifold == "stiefel" or shape[0] <= 128
 
 
+def judged_weights(who: str, shapes, manifolds) -> list:
+    """The (shape, manifold) pairs of ``shapes`` x ``manifolds`` that are ``judged``; a clear error where none is."""
+    weights = [(s, m) for s in shapes for m in manifolds if judged(s, m)]
+    if not weights:
+        raise ValueError(f"{who}: none of these weights has a certified reference, so none has a settled e_W (square "
+                         "DGram and Oblique only at n <= 128); pass a rectangular shape or Stiefel")
+    return weights
+
+
+def check_seeds(who: str, seeds) -> tuple:
+    """``seeds`` as a tuple of distinct non-negative integers, or a clear error."""
+    seeds = tuple(seeds)
+    if not seeds or any(not isinstance(s, int) or s < 0 for s in seeds) or len(set(seeds)) != len(seeds):
+        raise ValueError(f"{who}: seeds must be distinct non-negative integers, got {seeds!r}")
+    return seeds
+
+
 def bar(muon_e_W: float) -> float:
     """Issue 19's accuracy bar on one momentum: min(1%, 2/3 of Muon's own e_W)."""
     return min(0.01, 2 / 3 * muon_e_W)
@@ -97,9 +114,7 @@ def main(out_dir: Path, quick: bool = False, shapes=None, manifolds=MANIFOLDS, v
     ``solver_table.VARIANTS`` (default the library's lean step), into ``out_dir/name.json``. Bad arguments are
     refused before any work."""
     check_names("solver_seeds", variants, manifolds)
-    seeds = tuple(seeds)
-    if not seeds or any(not isinstance(s, int) or s < 0 for s in seeds) or len(set(seeds)) != len(seeds):
-        raise ValueError(f"solver_seeds: seeds must be distinct non-negative integers, got {seeds!r}")
+    seeds = check_seeds("solver_seeds", seeds)
     if TUNING_SEED - 2 in seeds:  # its stream would be the penalty's tuning stream
         raise ValueError(f"solver_seeds: seed {TUNING_SEED - 2} draws the ADMM penalty's tuning stream "
                          f"(solver_table.TUNING_SEED = {TUNING_SEED}); leave it out")
@@ -107,10 +122,7 @@ def main(out_dir: Path, quick: bool = False, shapes=None, manifolds=MANIFOLDS, v
         shapes, seeds, steady = QUICK["shapes"], QUICK["seeds"], QUICK["steady"]
     shapes = [tuple(s) for s in (shapes or TABLE_SHAPES)]
     steady = steady or STEADY
-    weights = [(s, m) for s in shapes for m in manifolds if judged(s, m)]
-    if not weights:
-        raise ValueError("solver_seeds: none of these weights has a settled e_W in the table (square DGram and "
-                         "Oblique only at n <= 128); pass a rectangular shape or Stiefel")
+    weights = judged_weights("solver_seeds", shapes, manifolds)
     with one_cpu_thread(), Stopwatch() as sw:
         rows = []
         for s, m in weights:

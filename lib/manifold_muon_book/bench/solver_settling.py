@@ -37,7 +37,7 @@ from manifold_muon.optim import ManifoldMuon
 from manifold_muon_lab.provenance import Stopwatch
 from .common import CPU_SHAPES, one_cpu_thread, write_result
 from . import solver_seeds
-from .solver_seeds import bar, judged
+from .solver_seeds import bar
 from .solver_table import LRS, MANIFOLDS, STEADY, VARIANTS, check_names, e_W, reference, start_point, steady_stream
 
 CHECKPOINTS = (STEADY, 128, 256, 512)
@@ -142,13 +142,11 @@ def counts(summary) -> dict:
 
 
 def _check(checkpoints, seeds) -> tuple:
-    checkpoints, seeds = tuple(checkpoints), tuple(seeds)
+    checkpoints, seeds = tuple(checkpoints), solver_seeds.check_seeds("solver_settling", seeds)
     if (len(checkpoints) < 3 or any(not isinstance(c, int) or c < 1 for c in checkpoints)
             or list(checkpoints) != sorted(set(checkpoints))):
         raise ValueError(f"solver_settling: checkpoints must be at least three increasing positive integers (the "
                          f"table's stream length first, e.g. {CHECKPOINTS}), got {checkpoints!r}")
-    if not seeds or any(not isinstance(s, int) or s < 0 for s in seeds) or len(set(seeds)) != len(seeds):
-        raise ValueError(f"solver_settling: seeds must be distinct non-negative integers, got {seeds!r}")
     return checkpoints, seeds
 
 
@@ -161,10 +159,7 @@ def main(out_dir: Path, quick: bool = False, shapes=None, manifolds=MANIFOLDS, v
     if quick:
         shapes, seeds, checkpoints = QUICK["shapes"], QUICK["seeds"], QUICK["checkpoints"]
     shapes = [tuple(s) for s in (shapes or SHAPES)]
-    weights = [(s, m) for s in shapes for m in manifolds if judged(s, m)]
-    if not weights:
-        raise ValueError("solver_settling: none of these weights has a certified reference (square DGram and Oblique "
-                         "only at n <= 128); pass a rectangular shape or Stiefel")
+    weights = solver_seeds.judged_weights("solver_settling", shapes, manifolds)
     with one_cpu_thread(), Stopwatch() as sw:
         rows = []
         for s, m in weights:
