@@ -92,3 +92,28 @@ def test_merge_joins_parts_and_refuses_duplicates_and_other_checkpoints(tmp_path
     with pytest.raises(ValueError, match="different checkpoints"):
         solver_settling.merge(tmp_path, ["a", "d"], name="c")
     assert not (tmp_path / "c.json").exists()
+
+
+def test_an_interrupted_study_resumes_where_it_stopped(tmp_path, monkeypatch):
+    """Each (weight, draw) is kept as it is measured: a second run measures only what is missing, writes the study
+    an uninterrupted run writes, and removes the partial file; a partial file of other settings is refused."""
+    real, calls = solver_settling.measure, []
+
+    def interrupted(shape, manifold, *args):
+        if manifold == "dgram":
+            raise KeyboardInterrupt
+        return real(shape, manifold, *args)
+
+    monkeypatch.setattr(solver_settling, "measure", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        solver_settling.main(tmp_path, quick=True)
+    partial = tmp_path / "solver_settling.partial.json"
+    assert partial.exists() and not (tmp_path / "solver_settling.json").exists()
+    with pytest.raises(ValueError, match="other settings"):
+        solver_settling.main(tmp_path, quick=True, variants=("lean",))
+    assert partial.exists()
+    monkeypatch.setattr(solver_settling, "measure", lambda shape, manifold, *a: calls.append(manifold) or real(shape, manifold, *a))
+    resumed = solver_settling.main(tmp_path, quick=True)
+    assert calls == ["dgram", "gram_oblique"] and not partial.exists()
+    fresh = solver_settling.main(tmp_path / "fresh", quick=True)
+    assert resumed["summary"] == fresh["summary"]

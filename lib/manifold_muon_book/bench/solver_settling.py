@@ -28,13 +28,14 @@ from __future__ import annotations
 
 import copy
 import statistics
+import time
 from pathlib import Path
 
 import torch
 
 from manifold_muon.manifolds import get_manifold
 from manifold_muon.optim import ManifoldMuon
-from manifold_muon_lab.provenance import Stopwatch
+from manifold_muon_lab.provenance import Stopwatch, write_json_atomic
 from .common import CPU_SHAPES, one_cpu_thread, write_result
 from . import solver_seeds
 from .solver_seeds import bar
@@ -153,35 +154,60 @@ def _check(checkpoints, seeds) -> tuple:
 def main(out_dir: Path, quick: bool = False, shapes=None, manifolds=MANIFOLDS, variants=("lean", "lean_newton"),
          seeds=SEEDS, checkpoints=CHECKPOINTS, name: str = "solver_settling") -> dict:
     """The study over ``shapes`` (default the CPU presets' weights, ``SHAPES``) x ``manifolds`` x ``seeds``,
-    ``variants`` of ``solver_table.VARIANTS``, into ``out_dir/name.json``. Bad arguments are refused before any work."""
+    ``variants`` of ``solver_table.VARIANTS``, into ``out_dir/name.json``. Bad arguments are refused before any work.
+
+    Resumable: after each (weight, draw) the rows so far are written to ``out_dir/name.partial.json`` (a draw at
+    GPT-2 small's shapes takes about 25 minutes); a run with the same settings starts from there and measures only
+    what is missing, and removes the file once the study is written. A partial file of other settings is refused
+    before any work (finish it with its own settings, or delete it)."""
     check_names("solver_settling", variants, manifolds)
     checkpoints, seeds = _check(checkpoints, seeds)
     if quick:
         shapes, seeds, checkpoints = QUICK["shapes"], QUICK["seeds"], QUICK["checkpoints"]
     shapes = [tuple(s) for s in (shapes or SHAPES)]
     weights = solver_seeds.judged_weights("solver_settling", shapes, manifolds)
-    with one_cpu_thread(), Stopwatch() as sw:
-        rows = []
-        for s, m in weights:
-            for seed in seeds:
-                new = measure(s, m, seed, variants, checkpoints)
-                rows += new
-                for v in variants:
-                    print(f"{str(s):12s} {m:12s} {v:11s} seed {seed}: " + " ".join(
-                        f"{r['steps']}:{100 * r['e_W']:.3f}%/{100 * r['bar']:.3f}%" if r.get("reference") else
-                        f"{r['steps']}:-" for r in new if r["variant"] == v), flush=True)
-    summary = summarise(rows, checkpoints)
     params = dict(shapes=[list(s) for s in shapes], manifolds=list(manifolds), variants=list(variants),
                   seeds=list(seeds), checkpoints=list(checkpoints), lr=LRS[0], quick=quick,
                   criterion="per (weight, variant, seed): e_W <= min(1%, 2/3 Muon's) at each checkpoint; settled where "
                             "the first checkpoint's verdict and the last two agree, transient where the last two agree "
                             "and not with the first, unsettled where the last two disagree")
+    progress = Path(out_dir) / f"{name}.partial.json"
+    rows, before = _resume(progress, params)
+    done = {(tuple(r["shape"]), r["manifold"], r["seed"]) for r in rows}
+    t0 = time.perf_counter()
+    with one_cpu_thread(), Stopwatch() as sw:
+        for s, m in weights:
+            for seed in seeds:
+                if (s, m, seed) in done:
+                    continue
+                new = measure(s, m, seed, variants, checkpoints)
+                rows += new
+                write_json_atomic(progress, dict(parameters=params, rows=rows, seconds=before + time.perf_counter() - t0))
+                for v in variants:
+                    print(f"{str(s):12s} {m:12s} {v:11s} seed {seed}: " + " ".join(
+                        f"{r['steps']}:{100 * r['e_W']:.3f}%/{100 * r['bar']:.3f}%" if r.get("reference") else
+                        f"{r['steps']}:-" for r in new if r["variant"] == v), flush=True)
+    summary = summarise(rows, checkpoints)
     result = write_result(out_dir, name, dict(rows=rows, summary=summary, counts=counts(summary) if summary else {}),
-                          params, sw.seconds)
+                          params, before + sw.seconds)
+    progress.unlink(missing_ok=True)
     for r in summary:
         print(f"{str(tuple(r['shape'])):12s} {r['manifold']:12s} {r['variant']:11s} seed {r['seed']}: e_W/bar "
               + " ".join(f"{x:.2f}" for x in r["to_bar"]) + f"  {r['verdict']}")
     return result
+
+
+def _resume(progress: Path, params: dict) -> tuple[list, float]:
+    """(rows, seconds) of an interrupted run of the same settings, ([], 0) where there is none."""
+    import json
+
+    if not progress.exists():
+        return [], 0.0
+    saved = json.loads(progress.read_text())
+    if saved["parameters"] != json.loads(json.dumps(params)):
+        raise ValueError(f"solver_settling: {progress} holds an interrupted run with other settings "
+                         f"({saved['parameters']}); run it again with those settings to finish it, or delete the file")
+    return saved["rows"], saved["seconds"]
 
 
 def merge(out_dir: Path, parts, name: str = "solver_settling") -> dict:
