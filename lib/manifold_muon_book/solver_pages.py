@@ -14,7 +14,7 @@ at GPT-2 small's shapes), ``glue_das_parameters``, ``das_momenta_table``, ``das_
 Chapter 04: ``inner_solver_tables`` and ``glue_inner_solver_summary`` (benchmark ``inner_solvers``),
 ``step_cost_table`` and ``breakdown_table`` (``optimizer_step``), ``iteration_cap_figure`` and
 ``iteration_cap_summary`` (``iteration_cap``), ``solver_table_rows``, ``lean_table`` and
-``lean_picture_figure`` (``solver_table``).
+``lean_picture_figure`` (``solver_table``), ``settling_figure`` (``solver_settling``).
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ __all__ = ["da_curves_figure", "alpha_sweep_figure", "post_vs_here_table", "retr
            "da_768_figure", "glue_das_parameters", "das_momenta_table", "das_sweep_evidence", "das_sweep_figure",
            "das_retraction_table", "das_retraction_evidence", "blank_or", "inner_solver_tables",
            "glue_inner_solver_summary", "step_cost_table", "breakdown_table", "iteration_cap_figure",
-           "iteration_cap_summary", "solver_table_rows", "lean_table", "lean_picture_figure"]
+           "iteration_cap_summary", "solver_table_rows", "lean_table", "lean_picture_figure", "settling_figure"]
 
 
 def _plt():
@@ -474,4 +474,36 @@ def lean_picture_figure(st: pd.DataFrame):
     ax.set_xlabel("whole optimizer step / float32 Muon step (one thread)")
     ax.set_ylabel("e_W at lr 0.02 / Muon's own e_W")
     ax.legend(loc="lower left", bbox_to_anchor=(1.02, 0.0), fontsize=8)
+    return fig
+
+
+def settling_figure(summary: pd.DataFrame):
+    """The settling study (``bench.solver_settling``): e_W / bar against the momenta stepped, one panel per
+    manifold, one line per (weight, variant, seed), coloured by ``label``; the bar (1) dashed, the table's stream
+    length (the first checkpoint) dotted."""
+    plt = _plt()
+    from matplotlib.ticker import FormatStrFormatter, NullFormatter
+
+    order = ("stiefel", "dgram", "gram_oblique")
+    manifolds = sorted(dict.fromkeys(summary["manifold"]), key=lambda m: order.index(m) if m in order else len(order))
+    fig, axes = plt.subplots(1, len(manifolds), figsize=(4.2 * len(manifolds), 4.2), sharey=True, squeeze=False)
+    colours = {lab: f"C{i % 10}" for i, lab in enumerate(dict.fromkeys(summary["label"]))}
+    for ax, m in zip(axes[0], manifolds):
+        seen = set()
+        for r in summary[summary["manifold"] == m].itertuples():
+            ax.plot(r.checkpoints, r.to_bar, marker="o", ms=3, lw=1, alpha=0.75, color=colours[r.label],
+                    label=None if r.label in seen else r.label)
+            seen.add(r.label)
+        ax.axhline(1.0, color="0.3", lw=1, ls="--")
+        ax.axvline(r.checkpoints[0], color="0.5", lw=1, ls=":")
+        ax.set_xscale("log", base=2)
+        ax.set_yscale("log")
+        lo, hi = min(min(r) for r in summary["to_bar"]), max(max(r) for r in summary["to_bar"])
+        ax.set_yticks([t for t in (0.01, 0.03, 0.1, 0.3, 0.5, 1, 2, 3, 5, 10) if lo / 1.5 <= t <= hi * 1.5])
+        ax.yaxis.set_major_formatter(FormatStrFormatter("%g"))
+        ax.yaxis.set_minor_formatter(NullFormatter())
+        ax.set_title(m, fontsize=10)
+        ax.set_xlabel("momenta stepped")
+        ax.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.2), ncol=2)
+    axes[0][0].set_ylabel("e_W at lr 0.02 / its bar")
     return fig
