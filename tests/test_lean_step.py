@@ -7,7 +7,7 @@ import torch
 from manifold_muon.manifolds import get_manifold
 from manifold_muon.opcount import OpCounter
 from manifold_muon.optim import ManifoldMuon, Muon
-from manifold_muon.optim.inner_solvers import gram_solve, lean_solve
+from manifold_muon.optim.inner_solvers import NEWTON_START, gram_solve, lean_solve
 from manifold_muon.manifolds.gram import inverse_sqrt_newton_schulz, inverse_sqrt_series
 from manifold_muon.optim.manifold_muon import _square_stiefel_paired, skew_msign, square_stiefel_step
 
@@ -495,7 +495,7 @@ def test_certify_first_with_more_iterations_is_admm_grams_own_run(name):
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 def test_newton_tracker_stays_honest_and_damps_by_its_rule(name, eigenbasis, shape, dtype):
     """``lean_solve(tracker="newton")`` along a stream (the last momentum rank-deficient): two eigendecompositions a
-    step and no host read; the damping follows its rule (the multiplier moves and t doubles, to at most 1, where
+    step (the first step ``NEWTON_START`` more, its start's ADMM iterations) and no host read; the damping follows its rule (the multiplier moves and t doubles, to at most 1, where
     the certified bound fell below f at the carried multiplier; elsewhere it stays and t halves); the direction
     is feasible and its gap bounds its true relative sub-optimality (against a float64 certified optimum). On
     Stiefel with the Jacobi preconditioner and with CG in N's eigenbasis (``eigenbasis``, what the optimizer
@@ -512,7 +512,7 @@ def test_newton_tracker_stays_honest_and_damps_by_its_rule(name, eigenbasis, sha
         with OpCounter(max(shape)) as ops:
             sol = lean_solve(W, G, P, warm=warm, steps=3, diagonal=diagonal, tracker="newton", damping=t,
                              eigenbasis=eigenbasis)
-        assert ops.counts["eigh"] == 2 and explicit_reads(ops) == 0
+        assert ops.counts["eigh"] == 2 + (NEWTON_START if warm is None else 0) and explicit_reads(ops) == 0
         if warm is not None:
             Wt, Gt, _ = _tall_unit(W.float(), G.float(), views=True)
             pic = gram_picture(Wt, Gt, P, torch.float64, products=torch.float32 if diagonal else torch.float64,
@@ -532,15 +532,44 @@ def test_newton_tracker_stays_honest_and_damps_by_its_rule(name, eigenbasis, sha
 
 @pytest.mark.parametrize("name, shape", [("stiefel", (24, 8)), ("dgram", (24, 8)), ("dgram", (9, 40)),
                                          ("gram_oblique", (8, 24))])
+def test_newton_tracker_starts_where_the_admm_iterations_end(name, shape):
+    """The Newton tracker's first step (no carried multiplier) is its step from the multiplier that ``NEWTON_START``
+    ADMM iterations reach from the tangent projection's (the ADMM tracker's cold solve of as many iterations), bit
+    for bit, and that multiplier's dual value is below the tangent projection's."""
+    from manifold_muon.optim.inner_solvers import _sym, _tall_unit, gram_picture, multiplier
+
+    g = torch.Generator().manual_seed(11)
+    M = get_manifold(name)
+    P, diagonal = M.gram_projector, M.diagonal_gram
+    W, G = M.random_point(shape, generator=g), spectrum_momentum(shape, g)
+    cold = lean_solve(W, G, P, steps=2, diagonal=diagonal, tracker="newton")
+    admm = lean_solve(W, G, P, steps=NEWTON_START, diagonal=diagonal)
+    warm = lean_solve(W, G, P, warm=(admm.Lambda, admm.U), steps=2, diagonal=diagonal, tracker="newton",
+                      damping=torch.ones(()))
+    assert torch.equal(cold.Lambda, warm.Lambda) and torch.equal(cold.gap, warm.gap)
+    assert torch.equal(cold.A.a, warm.A.a) and torch.equal(cold.A.b, warm.A.b)
+    Wt, Gt, _ = _tall_unit(W, G, views=True)
+    pic = gram_picture(Wt, Gt, P, torch.float64, products=torch.float32 if diagonal else torch.float64,
+                       diagonal=diagonal)
+    f = lambda L: float(torch.linalg.eigvalsh(_sym((pic.K0 + 2 * L).mT @ pic.dmul(pic.K0 + 2 * L) + pic.R))  # noqa: E731
+                        .clamp_min(0).sqrt().sum(-1))
+    S = pic.DK0
+    assert f(admm.Lambda) < f(-0.5 * multiplier(pic, S + S.mT))
+
+
+@pytest.mark.parametrize("name, shape", [("stiefel", (24, 8)), ("dgram", (24, 8)), ("dgram", (9, 40)),
+                                         ("gram_oblique", (8, 24))])
 def test_newton_tracker_converges_on_a_fixed_gradient(name, shape):
-    """On one momentum repeated, the Newton tracker's certified gap falls from the cold start's (~0.1-0.3) below
+    """On one momentum repeated, the Newton tracker's certified gap falls from the tangent projection's multiplier
+    (~0.1-0.3; carried in as if a step had left it, so without the start's ADMM iterations, ``NEWTON_START``) below
     1e-4 within 15 steps and its damping ends at a full step or near it: what makes it a tracker (it converges
     where the target stands still). A float32 eigendecomposition stalls at ~3e-4 here (the docstring's
     measurement)."""
     g = torch.Generator().manual_seed(5)
     M = get_manifold(name)
     W, G = M.random_point(shape, generator=g), spectrum_momentum(shape, g)
-    warm = t = None
+    far = lean_solve(W, G, M.gram_projector, steps=0, diagonal=M.diagonal_gram)  # the tangent projection's multiplier
+    warm, t = (far.Lambda, far.U), torch.ones(())
     gaps = []
     for _ in range(15):
         sol = lean_solve(W, G, M.gram_projector, warm=warm, steps=3, diagonal=M.diagonal_gram, tracker="newton",
@@ -553,15 +582,16 @@ def test_newton_tracker_converges_on_a_fixed_gradient(name, shape):
 @pytest.mark.parametrize("shape", [(96, 32), (32, 96), (45, 15)])
 def test_stiefel_newton_tracker_converges_with_one_cg_step_in_the_eigenbasis(shape):
     """On Stiefel one CG step in N's eigenbasis (``eigenbasis=True``, the optimizer's choice there) makes the tracker
-    converge on a fixed gradient: its certified gap falls below 1e-4 within 20 steps, where one Jacobi-preconditioned
+    converge on a fixed gradient: from the tangent projection's multiplier its certified gap falls below 1e-4 within 20 steps, where one Jacobi-preconditioned
     CG step stays above 1e-3 (measured ~0.1 at these widths: the Jacobi preconditioner of the Hessian's first
     term is poor where that term is far from diagonal in the weights' basis)."""
     g = torch.Generator().manual_seed(5)
     M = get_manifold("stiefel")
     W, G = M.random_point(shape, generator=g), spectrum_momentum(shape, g)
     last = {}
+    far = lean_solve(W, G, M.gram_projector, steps=0, diagonal=True)  # the tangent projection's multiplier
     for eigenbasis in (False, True):
-        warm = t = None
+        warm, t = (far.Lambda, far.U), torch.ones(())
         gaps = []
         for _ in range(20):
             sol = lean_solve(W, G, M.gram_projector, warm=warm, steps=1, diagonal=True, tracker="newton",

@@ -684,6 +684,16 @@ def _relative_gap(value, bound):
     return (bound - value) / bound.clamp_min(torch.finfo(bound.dtype).tiny)
 
 
+# The Newton tracker's start (``lean_solve(tracker="newton")`` without a carried multiplier): ADMM iterations from the
+# tangent projection's multiplier before the first Newton step. That multiplier is far from the optimum's (7x its
+# norm on the table's 512 x 128 DGram draw), and one damped Newton step a momentum took 100-200 momenta to recover
+# (``bench.solver_settling``, chapter 04: e_W at 64 momenta 1.02-1.53x the bar on rectangular DGram at width 128,
+# 0.81-1.00x at 256 and 512). Chosen on the tuning seed (``solver_table.TUNING_SEED``, not a judged draw), e_W at
+# 64 momenta over the bar at 512 x 128 and 384 x 128 DGram: cold 1.57 and 1.50; 2 iterations 1.20 and 1.14;
+# 4: 1.01 and 1.10; 8: 0.995 and 1.090; 16: 0.992 and 1.088. Eight, where more stopped helping.
+NEWTON_START = 8
+
+
 def lean_solve(W, G, P, warm=None, steps=1, rho=None, relax=1.8, normalize=True, diagonal=None,
                polish: int = 0, certify_first: bool = False, tracker: str = "admm", damping=None,
                eigenbasis: bool = False) -> GramSolve:
@@ -723,7 +733,10 @@ def lean_solve(W, G, P, warm=None, steps=1, rho=None, relax=1.8, normalize=True,
     ``tracker="newton"``: instead of ADMM iterations, one damped Newton step on the dual from the carried
     multiplier (``newton_track``; ``steps`` is its number of conjugate-gradient steps, ``damping`` the step
     length carried from the last step, 1 at the start), then the certificate at the new multiplier; ``U`` is
-    not used (returned as zeros). Two eigendecompositions a step, as the default order. ``eigenbasis`` (the caller
+    not used (returned as zeros). Two eigendecompositions a step, as the default order; the first step (``warm``
+    None) starts from the multiplier that ``NEWTON_START`` ADMM iterations (as the ADMM tracker's, from the tangent
+    projection's multiplier) reach, not from the tangent projection's itself (why: ``NEWTON_START``), and costs
+    ``NEWTON_START`` eigendecompositions more, once. ``eigenbasis`` (the caller
     knows W^T W = c I and P is the identity: Stiefel) solves the Newton system in N's eigenbasis, where the
     Hessian's first term is diagonal and inverted exactly (``_eigen_cg``), instead of with the Jacobi
     preconditioner."""
@@ -748,6 +761,10 @@ def lean_solve(W, G, P, warm=None, steps=1, rho=None, relax=1.8, normalize=True,
         Lambda, U = warm[0].to(pic.D.dtype), _warm_span(pic, warm[1])
     rtol = 1e-7 if W.dtype == torch.float64 else 1e-6
     if tracker == "newton":
+        if warm is None:  # the tracker's start: NEWTON_START ADMM iterations from the tangent projection's multiplier
+            it = torch.float32 if diagonal and W.dtype == torch.float32 else pic.D.dtype
+            Lambda, _ = admm_gram(pic.to(it), Lambda.to(it), Span(U.a.to(it), U.b.to(it)), rho, NEWTON_START, relax)
+            Lambda = Lambda.to(pic.D.dtype)
         t = torch.ones_like(pic.D[..., 0, 0]) if damping is None else damping.to(pic.D.dtype)
         A, value, bound, AtA, Lambda, t = newton_track(pic, Lambda, t, steps, rtol, eigenbasis=eigenbasis)
         iterations = torch.full(pic.D.shape[:-2], steps, dtype=torch.long, device=pic.D.device)
