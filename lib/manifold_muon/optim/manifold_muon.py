@@ -16,7 +16,7 @@ Inner solvers (``inner``):
   msign, scaled into the unit ball; one eigendecomposition), DGram and Oblique tracked (the multiplier carried
   from the previous step): on rectangular DGram weights by one damped Newton step on the dual with one
   Jacobi-preconditioned conjugate-gradient step (``tracker="auto"``, ``inner_steps=1``: ``inner_solvers.newton_track``;
-  two eigendecompositions), on square DGram weights and on Oblique by one ADMM iteration (``inner_steps=1``), then
+  two eigendecompositions; the first step starts from ``inner_solvers.NEWTON_START`` ADMM iterations), on square DGram weights and on Oblique by one ADMM iteration (``inner_steps=1``), then
   the certificate (``certify_first=True``, the other order, shares one eigendecomposition between the two and
   settles further). Measured on a
   stream of training-like momenta (benchmark ``solver_table``, chapter 04): on rectangular Stiefel the cold
@@ -547,9 +547,10 @@ class ManifoldMuon(MatrixOptimizer):
         tracker: lean only: how the multiplier is carried from step to step, "admm" (``inner_steps`` ADMM
             iterations), "newton" (one damped Newton step on the dual with ``inner_steps`` preconditioned
             conjugate-gradient steps, ``inner_solvers.newton_track``; on Stiefel in N's eigenbasis, where the
-            Hessian's first term is diagonal, elsewhere Jacobi-preconditioned) or "auto" (the default: "newton" on
-            rectangular DGram weights, "admm" elsewhere, ``resolve_tracker``). "newton" (and "auto" on DGram)
-            needs warm_start and inner_steps >= 1 and refuses certify_first and rho.
+            Hessian's first term is diagonal, elsewhere Jacobi-preconditioned; its first step, with no multiplier
+            carried yet, starts from ``inner_solvers.NEWTON_START`` ADMM iterations) or "auto" (the default:
+            "newton" on rectangular DGram weights, "admm" elsewhere, ``resolve_tracker``). "newton" (and "auto" on
+            DGram) needs warm_start and inner_steps >= 1 and refuses certify_first and rho.
         alpha: dual-ascent step (linear decay to 0), read by post / dual_ascent; rho: ADMM penalty
             (None: 1/sqrt(n)), read by gram_admm / lean / admm.
         normalize: rescale G to unit RMS before the solve (lean, post and dual_ascent; False for "post", as
