@@ -495,7 +495,8 @@ def test_certify_first_with_more_iterations_is_admm_grams_own_run(name):
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 def test_newton_tracker_stays_honest_and_damps_by_its_rule(name, eigenbasis, shape, dtype):
     """``lean_solve(tracker="newton")`` along a stream (the last momentum rank-deficient): two eigendecompositions a
-    step (the first step ``NEWTON_START`` more, its start's ADMM iterations) and no host read; the damping follows its rule (the multiplier moves and t doubles, to at most 1, where
+    step (the first step ``NEWTON_START`` more, its start's ADMM iterations) and no host read; the damping follows
+    its rule (the multiplier moves and t doubles, to at most 1, where
     the certified bound fell below f at the carried multiplier; elsewhere it stays and t halves); the direction
     is feasible and its gap bounds its true relative sub-optimality (against a float64 certified optimum). On
     Stiefel with the Jacobi preconditioner and with CG in N's eigenbasis (``eigenbasis``, what the optimizer
@@ -582,9 +583,9 @@ def test_newton_tracker_converges_on_a_fixed_gradient(name, shape):
 @pytest.mark.parametrize("shape", [(96, 32), (32, 96), (45, 15)])
 def test_stiefel_newton_tracker_converges_with_one_cg_step_in_the_eigenbasis(shape):
     """On Stiefel one CG step in N's eigenbasis (``eigenbasis=True``, the optimizer's choice there) makes the tracker
-    converge on a fixed gradient: from the tangent projection's multiplier its certified gap falls below 1e-4 within 20 steps, where one Jacobi-preconditioned
-    CG step stays above 1e-3 (measured ~0.1 at these widths: the Jacobi preconditioner of the Hessian's first
-    term is poor where that term is far from diagonal in the weights' basis)."""
+    converge on a fixed gradient: from the tangent projection's multiplier its certified gap falls below 1e-4 within
+    20 steps, where one Jacobi-preconditioned CG step stays above 1e-3 (measured ~0.1 at these widths: the Jacobi
+    preconditioner of the Hessian's first term is poor where that term is far from diagonal in the weights' basis)."""
     g = torch.Generator().manual_seed(5)
     M = get_manifold("stiefel")
     W, G = M.random_point(shape, generator=g), spectrum_momentum(shape, g)

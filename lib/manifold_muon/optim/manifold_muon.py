@@ -16,14 +16,16 @@ Inner solvers (``inner``):
   msign, scaled into the unit ball; one eigendecomposition), DGram and Oblique tracked (the multiplier carried
   from the previous step): on rectangular DGram weights by one damped Newton step on the dual with one
   Jacobi-preconditioned conjugate-gradient step (``tracker="auto"``, ``inner_steps=1``: ``inner_solvers.newton_track``;
-  two eigendecompositions; the first step starts from ``inner_solvers.NEWTON_START`` ADMM iterations), on square DGram weights and on Oblique by one ADMM iteration (``inner_steps=1``), then
+  two eigendecompositions; the first step starts from ``inner_solvers.NEWTON_START`` ADMM iterations), on square
+  DGram weights and on Oblique by one ADMM iteration (``inner_steps=1``), then
   the certificate (``certify_first=True``, the other order, shares one eigendecomposition between the two and
   settles further). Measured on a
   stream of training-like momenta (benchmark ``solver_table``, chapter 04): on rectangular Stiefel the cold
   step's settled e_W is 0.45x Muon's own at GPT-2 small's shapes where the tracked one's is 0.8x, for one
   eigendecomposition fewer; on DGram and Oblique tracking is the more accurate of the two, and on DGram the
   Newton tracker settles closer than one ADMM iteration (0.32-0.37x Muon's e_W at GPT-2 small's rectangular
-  shapes since its start, ``inner_solvers.NEWTON_START``, 0.57-0.63x before it, against 0.62-0.68x; on square DGram no closer, and dearer). Fixed work per matrix and no host
+  shapes since its start, ``inner_solvers.NEWTON_START``, 0.57-0.63x before it, against 0.62-0.68x; on square
+  DGram no closer, and dearer). Fixed work per matrix and no host
   read of its own but the step's one guard (torch's eigendecompositions read their status on the host once per
   batched call, ``manifold_muon.opcount``); the certified gap is recorded, not enforced (on training-like momenta it is about
   0.1-0.3: the measured accuracy-cost table is the benchmark ``solver_table`` and chapter 04). Not the default: at the cpu preset it trains measurably
