@@ -69,6 +69,7 @@ SCREENSHOTS = {
     "chapters/04_solver.html#sec-diagonal-solve": "chapter_04_diagonal_solve.png",
     "chapters/04_solver.html#sec-solver-seeds": "chapter_04_solver_seeds.png",
     "chapters/04_solver.html#fig-solver-settling": "chapter_04_solver_settling.png",
+    "chapters/04_solver.html#sec-newton-start": "chapter_04_newton_start.png",
     "chapters/05_five_assignments.html#tab-solver-training": "chapter_05_solver_training.png",
     "chapters/05_five_assignments.html#tab-spread-main": "chapter_05_table.png",
     "chapters/03_dual_ascent.html": "chapter_03.png",
