@@ -762,9 +762,7 @@ def lean_solve(W, G, P, warm=None, steps=1, rho=None, relax=1.8, normalize=True,
     rtol = 1e-7 if W.dtype == torch.float64 else 1e-6
     if tracker == "newton":
         if warm is None:  # the tracker's start: NEWTON_START ADMM iterations from the tangent projection's multiplier
-            it = torch.float32 if diagonal and W.dtype == torch.float32 else pic.D.dtype
-            Lambda, _ = admm_gram(pic.to(it), Lambda.to(it), Span(U.a.to(it), U.b.to(it)), rho, NEWTON_START, relax)
-            Lambda = Lambda.to(pic.D.dtype)
+            Lambda, _ = _lean_admm(pic, Lambda, U, rho, NEWTON_START, relax, diagonal and W.dtype == torch.float32)
         t = torch.ones_like(pic.D[..., 0, 0]) if damping is None else damping.to(pic.D.dtype)
         A, value, bound, AtA, Lambda, t = newton_track(pic, Lambda, t, steps, rtol, eigenbasis=eigenbasis)
         iterations = torch.full(pic.D.shape[:-2], steps, dtype=torch.long, device=pic.D.device)
@@ -775,12 +773,19 @@ def lean_solve(W, G, P, warm=None, steps=1, rho=None, relax=1.8, normalize=True,
         iterations = torch.full(pic.D.shape[:-2], steps, dtype=torch.long, device=pic.D.device)
         return GramSolve(A, pic, Lambda, U, _relative_gap(value, bound), iterations, wide, AtA)
     if steps:
-        it = torch.float32 if diagonal and W.dtype == torch.float32 else pic.D.dtype
-        Lambda, U = admm_gram(pic.to(it), Lambda.to(it), Span(U.a.to(it), U.b.to(it)), rho, steps, relax)
-        Lambda, U = Lambda.to(pic.D.dtype), Span(U.a.to(pic.D.dtype), U.b.to(pic.D.dtype))
+        Lambda, U = _lean_admm(pic, Lambda, U, rho, steps, relax, diagonal and W.dtype == torch.float32)
     A, value, bound, AtA, _ = certificate(pic, Lambda, None, rtol, polish=polish, fast=True, with_gram=True)
     iterations = torch.full(pic.D.shape[:-2], steps, dtype=torch.long, device=pic.D.device)
     return GramSolve(A, pic, Lambda, U, _relative_gap(value, bound), iterations, wide, AtA)
+
+
+def _lean_admm(pic: GramPicture, Lambda, U, rho, steps: int, relax, in_float32: bool):
+    """``lean_solve``'s ADMM iterations (``admm_gram``), in float32 where ``in_float32`` (float32 weights whose W^T W
+    is diagonal: ``lean_solve`` says why that suffices), else in the picture's precision; (Lambda, U) returned in the
+    picture's precision. The ADMM tracker's iterations and the Newton tracker's start (``NEWTON_START``)."""
+    it, dt = (torch.float32 if in_float32 else pic.D.dtype), pic.D.dtype
+    Lambda, U = admm_gram(pic.to(it), Lambda.to(it), Span(U.a.to(it), U.b.to(it)), rho, steps, relax)
+    return Lambda.to(dt), Span(U.a.to(dt), U.b.to(dt))
 
 
 def _certify_then_iterate(pic: GramPicture, Lambda, rho, steps: int, relax, rtol, polish: int):
