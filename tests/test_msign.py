@@ -78,6 +78,27 @@ def test_polar_express_coefficients_shrink_the_error_each_step():
     assert errs[-1] < 0.05
 
 
+def test_polar_express_traces_without_a_graph_break():
+    """torch.compile reads the Polar Express coefficients as constants, computed once: with them behind
+    ``functools.lru_cache`` dynamo traced through the cache into the Remez exchange's host arithmetic and broke the
+    graph there, at every msign of a step (here the post's recipe on Stiefel, whose retraction takes an 8-step
+    Polar Express; its other breaks are the retraction's own host reads, ``manifolds.gram.polar``)."""
+    import torch._dynamo
+
+    from manifold_muon.optim import ManifoldMuon
+
+    torch._dynamo.reset()
+    W = torch.nn.Parameter(torch.randn(24, 8))
+    opt = ManifoldMuon([W], manifold="stiefel", inner="post")
+    opt.retract_parameters()
+    W.grad = torch.randn(24, 8)
+    opt.step()  # the coefficients are made here, eagerly
+    W.grad = torch.randn(24, 8)
+    breaks = torch._dynamo.explain(opt.step)().break_reasons
+    assert breaks and not [b for b in breaks if b.user_stack[-1].filename.endswith("msign.py")]
+    assert ms.polar_express_coefficients(8) is ms.polar_express_coefficients(8)  # computed once
+
+
 @pytest.mark.parametrize("method", ["newton_schulz", "polar_express"])
 def test_bfloat16_runs_and_stays_close(method):
     G = torch.randn(48, 96)

@@ -657,6 +657,25 @@ def test_compiled_training_step(info, kwargs):
             assert torch.equal(params[k], params_e[k]), k
 
 
+@pytest.mark.parametrize("manifold", GRAM_MANIFOLDS)
+def test_lean_step_traces_to_one_graph(manifold):
+    """ManifoldMuon's lean step (``inner="lean"``, issue 19: a path that stays cheap on a GPU) is traced by torch.compile as one
+    graph up to the step's one host read, where it breaks by design (``MatrixOptimizer.step``), and nowhere else:
+    on its first step (DGram's Newton tracker starts with ADMM iterations there) and on a tracked one, for a tall,
+    a square and a wide weight (square Stiefel's closed form, Oblique's matrix solve and the Gram picture). A graph
+    break inside the update would cost a GPU a host round trip per weight. Dynamo's ``explain`` only traces (no
+    kernels are compiled); the numerics of the traced step are test_compiled_training_step's business."""
+    torch._dynamo.reset()
+    opt, params, closure = make(BY_NAME["ManifoldMuon"], dict(manifold=manifold, inner="lean"))
+    for step in range(3):
+        closure()
+        if step != 1:  # the first step (no carried state) and a tracked one
+            breaks = torch._dynamo.explain(opt.step)().break_reasons
+            where = [(b.user_stack[-1].filename.rsplit("/", 2)[-2:], b.user_stack[-1].name) for b in breaks]
+            assert where == [(["optim", "base.py"], "step")], (step, [str(b.reason)[:120] for b in breaks])
+        opt.step()
+
+
 # ------------------------------------------------------------------------------------------ devices
 
 

@@ -23,7 +23,6 @@ The iterative methods run in ``dtype`` (default: the input's) and return that dt
 
 from __future__ import annotations
 
-import functools
 import math
 from dataclasses import dataclass
 
@@ -162,7 +161,9 @@ def _remez_odd_quintic(lo: float, hi: float, tol: float = 1e-15, max_iter: int =
     return float(a), float(b), float(c), float(abs(E))
 
 
-@functools.lru_cache(maxsize=None)
+_POLAR_EXPRESS = {}  # (steps, l0, safety) -> coefficients, made once
+
+
 def polar_express_coefficients(steps: int = 5, l0: float = 1e-3, safety: float = 1.01):
     """Per-step (a, b, c) of the Polar Express: greedy minimax quintics on a shrinking interval.
 
@@ -170,7 +171,17 @@ def polar_express_coefficients(steps: int = 5, l0: float = 1e-3, safety: float =
     and converge more slowly). Each step is optimal for the interval the previous one left.
     ``safety`` shrinks each polynomial's input by that factor so that float rounding that pushes a
     value slightly above the interval does not blow up (p is only optimal inside it).
+    Computed once per setting and kept in a plain dict (not ``functools.lru_cache``): ``torch.compile``
+    reads a dict entry as a constant, where it traces through an ``lru_cache`` wrapper into the Remez
+    exchange's host arithmetic and breaks the graph there, several times per step.
     """
+    key = (steps, l0, safety)
+    if key not in _POLAR_EXPRESS:
+        _POLAR_EXPRESS[key] = _polar_express_coefficients(*key)
+    return _POLAR_EXPRESS[key]
+
+
+def _polar_express_coefficients(steps: int, l0: float, safety: float):
     if steps < 1:
         raise ValueError(f"steps must be >= 1, got {steps}")
     lo, hi, coeffs = l0, 1.0, []

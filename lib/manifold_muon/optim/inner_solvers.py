@@ -253,10 +253,12 @@ class Span:
 
     def times(self, T, pic: "GramPicture"):
         """X @ T, where on a square W (C = 0: ``matrix``, ``gram`` and ``dot_G`` read no b) the b-coefficients are
-        kept as they are instead of multiplied: one n x n product fewer."""
+        kept as they are instead of multiplied: one n x n product fewer. Written out rather than as ``self @ T``:
+        torch.compile does not trace a ``Span`` through ``@`` and broke the lean step's graph here (the test
+        ``test_lean_step_traces_to_one_graph``)."""
         if pic.W.size(-2) == pic.W.size(-1):
             return Span(self.a @ T, self.b)
-        return self @ T
+        return Span(self.a @ T, self.b @ T)
 
     def scale(self, c):
         """c X for a per-matrix scalar c (shape of the batch)."""
