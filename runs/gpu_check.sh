@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # One short check for a lent GPU (written for one H200; about 10 minutes): the solver's table at GPT-2 small's
 # shapes, the sync-free msign prototype, the square closed form's cost by part at 128 and 768 and the Gram
-# picture's first solve two ways (solver_table_gpu.json, sync_free_msign_gpu.json, square_cost_gpu.json,
-# diagonal_solve_gpu.json),
+# picture's first solve two ways, and the lean step compiled (solver_table_gpu.json, sync_free_msign_gpu.json,
+# square_cost_gpu.json, diagonal_solve_gpu.json, compiled_step_gpu.json),
 # then 30 steps of the gpt2-124m
 # preset (GPT-2 124M, 64 x 1024 tokens per step, bf16 autocast) per assignment, the post's five and
 # the paper's seven optimizers, and the per-step time of each as a ratio to plain Muon, printed next to the
@@ -61,6 +61,16 @@ import os; from pathlib import Path
 from manifold_muon_book.bench import diagonal_solve
 diagonal_solve.main(Path(os.environ['RESULT_DIR']), name='diagonal_solve_gpu')
 " || echo "diagonal_solve did not finish in 60 s"
+
+# And the lean step under torch.compile against Muon under it too, at GPT-2 small's c_attn (DGram) and c_proj
+# (Stiefel) (bench compiled_step, chapter 04; about two minutes, most of it compiling): fused launches are what a
+# GPU gains from compiling, which a CPU cannot speak for.
+RESULT_DIR="$RESULT_DIR" timeout 180 "$PY" -c "
+import os; from pathlib import Path
+from manifold_muon_book.bench import compiled_step
+compiled_step.main(Path(os.environ['RESULT_DIR']), weights=[((768, 2304), 'dgram'), ((768, 768), 'stiefel')],
+                   name='compiled_step_gpu')
+" || echo "compiled_step did not finish in 180 s"
 
 export PRESET=${PRESET:-gpt2-124m} STEPS=${STEPS:-30} DEVICE=${DEVICE:-cuda}
 BUDGET_S=${BUDGET_S:-420} RESULT_DIR="$RESULT_DIR" timeout 540 "$PY" - <<'EOF'
