@@ -659,12 +659,13 @@ def test_compiled_training_step(info, kwargs):
 
 @pytest.mark.parametrize("manifold", GRAM_MANIFOLDS)
 def test_lean_step_traces_to_one_graph(manifold):
-    """ManifoldMuon's lean step (``inner="lean"``, issue 19: a path that stays cheap on a GPU) is traced by torch.compile as one
-    graph up to the step's one host read, where it breaks by design (``MatrixOptimizer.step``), and nowhere else:
-    on its first step (DGram's Newton tracker starts with ADMM iterations there) and on a tracked one, for a tall,
-    a square and a wide weight (square Stiefel's closed form, Oblique's matrix solve and the Gram picture). A graph
-    break inside the update would cost a GPU a host round trip per weight. Dynamo's ``explain`` only traces (no
-    kernels are compiled); the numerics of the traced step are test_compiled_training_step's business."""
+    """ManifoldMuon's lean step (``inner="lean"``, issue 19: a path that stays cheap on a GPU) is traced by
+    torch.compile as one graph up to the step's one host read, where it breaks by design (``MatrixOptimizer.step``),
+    and nowhere else: on its first step (DGram's Newton tracker starts with ADMM iterations there) and on a tracked
+    one, for a tall, a square and a wide weight (square Stiefel's closed form, Oblique's matrix solve and the Gram
+    picture). A graph break inside the update would cost a GPU a host round trip per weight. Dynamo's ``explain``
+    traces with the eager backend (no kernels are compiled); that the traced step lands where the eager one does is
+    tests/test_compiled_step.py's check."""
     torch._dynamo.reset()
     opt, params, closure = make(BY_NAME["ManifoldMuon"], dict(manifold=manifold, inner="lean"))
     for step in range(3):

@@ -3,8 +3,8 @@
 The lean step (``ManifoldMuon(inner="lean")``) traces as one graph up to the step's one host read
 (``tests/test_optim_conformance.py::test_lean_step_traces_to_one_graph``), so ``torch.compile(opt.step)`` fuses its
 elementwise work, which on the table's width-128 weights is a large part of the eager step (at 384 x 128 DGram,
-about 300 small operations besides two float64 eigendecompositions and 26 products). Does that close the gap to
-issue 19's ratios? The ratio is against Muon, whose step compiles too, so both are timed both ways. Four arms per
+torch.profiler, 2026-12-05: about 300 small operations besides two float64 eigendecompositions and 26 products).
+Does that close the gap to issue 19's ratios? The ratio is against Muon, whose step compiles too, so both are timed both ways. Four arms per
 weight, each its own optimizer on its own copy of the table's start point (``solver_table.start_point``), stepped at
 lr 0 on the table's stationary timing stream (``solver_table.timing_stream``; the solver's carried state follows
 the stream): the lean step eager and compiled, Muon fp32 (``solver_table.muon_fp32``) eager and compiled. Each round
