@@ -62,12 +62,12 @@ def measure(shape, manifold: str, rounds: int, warmup: int = 4, seed: int = 0, b
 
     torch._dynamo.reset()  # each weight compiles from nothing: its warm-up time is its own
     arms = _arms(shape, manifold, backend)
-    grads = timing_stream(shape, seed, warmup + rounds)
+    grads = timing_stream(shape, seed, warmup + rounds + 1)  # the last one for the check below
     cuda = device().type == "cuda"
     times = {name: [] for name in ARMS}
     t0 = time.perf_counter()
     warm_s = None
-    for i, G in enumerate(grads):
+    for i, G in enumerate(grads[:-1]):
         if i == warmup:
             warm_s = time.perf_counter() - t0
         order = ARMS[i % 4:] + ARMS[:i % 4]
@@ -83,7 +83,7 @@ def measure(shape, manifold: str, rounds: int, warmup: int = 4, seed: int = 0, b
             if i >= warmup:
                 times[name].append(time.perf_counter() - t)
     # the check: one step at lr 0.02 of both lean arms from their states, on the stream's next momentum
-    G = timing_stream(shape, seed, warmup + rounds + 1)[-1]
+    G = grads[-1]
     new = []
     for name in ("lean", "lean_compiled"):
         W, opt, step = arms[name]
