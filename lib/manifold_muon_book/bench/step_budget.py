@@ -1,0 +1,255 @@
+"""Where the lean step's time goes at the table's width-128 misses, and whether one eigendecomposition a step would
+do (issue 19).
+
+Two measurements, both on the table's stationary streams (``solver_table``), one CPU thread:
+
+``budget``: the lean step (``ManifoldMuon(inner="lean")``) and Muon's float32 step (``solver_table.muon_fp32``),
+each on its own copy of the table's start point, stepped at lr 0 along the timing stream, first timed as they are
+(median step, rounds alternating), then ``timed`` more steps with each eigendecomposition (``eigh``,
+``eigvalsh``, Cholesky) and each matrix product timed as it runs (a ``TorchFunctionMode``, ``_CallTimer``; one
+thread, so each call is synchronous), in three bins: eigendecompositions, products whose operands are all n x n,
+products with an m-long side (m x n). What is left of the median step is "everything else": the elementwise
+operations, copies, reductions, triangular solves, and the step's Python and dispatch. ``floor_ratio`` is what the
+lean step's eigendecompositions and products alone cost, in Muon steps: a step with no Python and no small
+operation at all could not be cheaper than that with these calls. Why not ``torch.profiler``: with
+``record_shapes`` it made the 128 x 128 DGram step five times slower, most of it charged to the small operations
+(2026-12-06), so its shares said more about the profiler than about the step.
+
+``one_eigh``: the Newton tracker (the lean default on rectangular DGram; ``tracker="newton"`` on Stiefel) against
+a prototype that needs one eigendecomposition a step instead of two, the idea the closing note of 2026-12-06
+named next. The prototype (``lagged_newton_track``, swapped in for ``inner_solvers.newton_track`` inside this
+benchmark only, not a setting of the library) takes one float64 eigendecomposition of N = Z^T Z at the carried
+multiplier, certifies its msign candidate there (so the direction is the carried multiplier's, one momentum
+behind the tracker's), takes the Newton step from the same eigendecomposition for the next step, and damps it by
+a float64 ``eigvalsh`` of the new N (the dual value; about 0.4 of an eigendecomposition's time here). Also
+the library's tracker with more conjugate-gradient steps (``inner_steps`` 2 and 4), the other way to spend the
+time. Per draw: the settled e_W at lr 0.02 after the table's ``STEADY`` momenta against the certified reference,
+as a multiple of Muon's own e_W on the same momentum. Criterion, set before this benchmark was written but after
+a scratch run of the same prototype at the same shapes (draws 0-2, 2026-12-06): the prototype would be worth
+building into the library only if its settled e_W is at most 2/3 of Muon's (issue 19's bar) on every draw at
+the three rectangular width-128 DGram weights.
+
+A benchmark: it measures and reports, it asserts nothing about speed or accuracy. ``budget`` runs on the CPU even
+where there is a GPU: a GPU call returns before its kernel ends, so timing calls from the host says nothing there
+(on a GPU the question is ``compiled_step``'s, in ``runs/gpu_check.sh``).
+
+    python -m manifold_muon_book.bench.step_budget       # into runs/bench/step_budget.json (about 2 minutes)
+"""
+
+from __future__ import annotations
+
+import contextlib
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+from torch.overrides import TorchFunctionMode
+
+from manifold_muon.opcount import _DECOMP, _MATMUL
+from manifold_muon.optim import ManifoldMuon
+import manifold_muon.optim.inner_solvers as inner_solvers
+from manifold_muon.optim.inner_solvers import (Span, _eigen_cg, _hvp, _pcg, _sym, eig_sqrt, factor, feasible,
+                                               inv_sqrt)
+from .common import one_cpu_thread, write_result
+
+# the table's lean misses at width 128 (runs/bench/solver_table.json), and GPT-2 small's c_attn for contrast
+BUDGET_WEIGHTS = (((128, 128), "stiefel"), ((128, 128), "dgram"), ((128, 512), "dgram"), ((512, 128), "dgram"),
+                  ((384, 128), "dgram"), ((768, 2304), "dgram"))
+ONE_EIGH_SHAPES = ((128, 512), (512, 128), (384, 128))
+ONE_EIGH_MANIFOLDS = ("dgram", "stiefel")
+ARMS = {"newton": dict(), "newton_cg2": dict(inner_steps=2), "newton_cg4": dict(inner_steps=4),
+        "lagged": dict()}
+BINS = ("eigendecompositions", "n x n products", "m x n products", "everything else")
+
+
+def lagged_newton_track(pic, Lambda, t, cg_steps: int, rtol, dtype=torch.float32, eig_dtype=torch.float64,
+                        precondition: bool = True, eigenbasis: bool = False):
+    """The one-eigendecomposition prototype (module docstring), with ``inner_solvers.newton_track``'s signature and
+    returns: (A, value, bound, A^T A, Lambda', t'), A certified at the carried ``Lambda`` (bound = its dual value,
+    so the gap is still a certificate), Lambda' = Lambda + t x where the dual value at it (float64 ``eigvalsh``)
+    fell below the carried one's, else Lambda (t doubling to 1, or halving, as in the library's tracker)."""
+    a = pic.K0 + 2 * Lambda
+    N = _sym(a.mT @ pic.dmul(a) + pic.R)
+    V, s = eig_sqrt(N.to(eig_dtype))
+    V, s = V.to(N.dtype), s.to(N.dtype)
+    f0 = s.sum(-1)
+    Y = factor(V, s, lambda s: inv_sqrt(s, rtol))
+    A, value, AtA = feasible(pic, Span(a @ Y, Y), 0, fast=True, with_gram=True)
+    if eigenbasis:
+        x = _eigen_cg(pic, a, V, s, rtol, cg_steps, dtype)
+    else:  # as newton_track: Jacobi-preconditioned CG in float32
+        hvp, DaV, Vt = _hvp(pic, a, V, s, dtype)
+        grad = 2 * pic.P(_sym((DaV * inv_sqrt(s, rtol).to(dtype).unsqueeze(-2)) @ Vt.mT))
+        d = torch.diagonal(pic.D, dim1=-2, dim2=-1).to(dtype)
+        floor = 1e-7 * s[..., -1:].clamp_min(torch.finfo(s.dtype).tiny)
+        nih = (Vt * Vt / torch.maximum(s, floor).to(dtype).unsqueeze(-2)).sum(-1)
+        jac = 2 * (d.unsqueeze(-1) * nih.unsqueeze(-2) + nih.unsqueeze(-1) * d.unsqueeze(-2))
+        x = _pcg(hvp, -grad, lambda r: r / jac, cg_steps)
+    x = torch.nan_to_num(x, nan=0.0, posinf=0.0, neginf=0.0)
+    Lambda1 = Lambda + t[..., None, None] * x.to(Lambda.dtype)
+    a1 = pic.K0 + 2 * Lambda1
+    f1 = torch.linalg.eigvalsh(_sym(a1.mT @ pic.dmul(a1) + pic.R).to(torch.float64)).clamp_min(0).sqrt().sum(-1)
+    fell = f1.to(f0.dtype) < f0
+    Lambda = torch.where(fell[..., None, None], Lambda1, Lambda)
+    t = torch.where(fell, (2 * t).clamp_max(1), 0.5 * t)
+    return A, value, f0, AtA, Lambda, t
+
+
+@contextlib.contextmanager
+def lagged():
+    """``inner_solvers.newton_track`` replaced by ``lagged_newton_track`` inside the block (this benchmark only)."""
+    original = inner_solvers.newton_track
+    inner_solvers.newton_track = lagged_newton_track
+    try:
+        yield
+    finally:
+        inner_solvers.newton_track = original
+
+
+class _CallTimer(TorchFunctionMode):
+    """Times every eigendecomposition and matrix product of the steps run under it, each as it runs (one CPU thread:
+    the call is synchronous), in ``BINS``' first three bins; every other call passes through untimed."""
+
+    def __init__(self, n: int, m: int):
+        super().__init__()
+        self.n, self.m, self.ms = n, m, dict.fromkeys(BINS[:3], 0.0)
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        if func in _MATMUL:
+            mats = [a for a in args if isinstance(a, torch.Tensor) and a.dim() >= 2]
+            long = self.m != self.n and any(self.m in a.shape[-2:] for a in mats)
+            key = "m x n products" if long else "n x n products"
+        elif func in _DECOMP:
+            key = "eigendecompositions"
+        else:
+            return func(*args, **kwargs)
+        t = time.perf_counter()
+        out = func(*args, **kwargs)
+        self.ms[key] += 1e3 * (time.perf_counter() - t)
+        return out
+
+
+def timed_calls(step, prepare, steps: int, shape) -> dict:
+    """Milliseconds per step spent in each of ``BINS``' first three bins (``_CallTimer``), over ``steps`` calls of
+    ``step`` (``prepare(i)`` before each)."""
+    timer = _CallTimer(min(shape), max(shape))
+    with timer:
+        for i in range(steps):
+            prepare(i)
+            step()
+    return {k: v / steps for k, v in timer.ms.items()}
+
+
+def budget(shape, manifold: str, rounds: int, timed: int, warmup: int = 4, seed: int = 0) -> dict:
+    from .solver_table import muon_fp32, start_point, timing_stream
+
+    W0 = start_point(shape, manifold, seed).float().cpu()  # CPU only: a GPU call returns before its kernel ends
+    grads = [G.cpu() for G in timing_stream(shape, seed, warmup + rounds + timed)]
+    arms = {}
+    for name in ("lean", "muon"):
+        W = torch.nn.Parameter(W0.clone())
+        opt = (ManifoldMuon([W], lr=0.0, momentum=0.0, nesterov=False, manifold=manifold, inner="lean")
+               if name == "lean" else muon_fp32([W]))
+        for g in opt.param_groups:
+            g["lr"] = 0.0
+        arms[name] = (W, opt)
+    times = {name: [] for name in arms}
+    for i, G in enumerate(grads[:warmup + rounds]):
+        for name in (("lean", "muon") if i % 2 == 0 else ("muon", "lean")):
+            W, opt = arms[name]
+            W.grad = G.clone()
+            t = time.perf_counter()
+            opt.step()
+            if i >= warmup:
+                times[name].append(time.perf_counter() - t)
+    row = dict(shape=list(shape), manifold=manifold, rounds=rounds, timed_steps=timed,
+               lean_ms=1e3 * statistics.median(times["lean"]), muon_ms=1e3 * statistics.median(times["muon"]))
+    row["ratio"] = row["lean_ms"] / row["muon_ms"]
+    rest = grads[warmup + rounds:]
+    for name, (W, opt) in arms.items():
+        def prepare(i, W=W):
+            W.grad = rest[i].clone()
+        calls = timed_calls(opt.step, prepare, timed, shape)
+        calls["everything else"] = row[f"{name}_ms"] - sum(calls.values())
+        row[f"{name}_bins"] = calls
+    p = row["lean_bins"]
+    row["floor_ms"] = p["eigendecompositions"] + p["n x n products"] + p["m x n products"]
+    row["floor_ratio"] = row["floor_ms"] / row["muon_ms"]
+    return row
+
+
+def one_eigh(shape, manifold: str, seed: int, arms=tuple(ARMS)) -> dict:
+    """The settled e_W / Muon's of each of ``arms`` on draw ``seed`` (``solver_table.measure``'s steady stream)."""
+    from manifold_muon.manifolds import get_manifold
+    from .solver_table import STEADY, VARIANTS, e_W, reference, start_point, steady_stream, walk
+
+    M = get_manifold(manifold)
+    W0 = start_point(shape, manifold, seed)
+    long = steady_stream(shape, STEADY, seed + 2)
+    W_star, muon_e_W, ref_gap = reference(M, W0.double(), long[-1].double(), long[-1])
+    row = dict(shape=list(shape), manifold=manifold, seed=seed, steady_steps=STEADY, muon_e_W=muon_e_W[0.02],
+               ref_gap=ref_gap)
+    for arm in arms:
+        kw = dict(VARIANTS["lean_newton"], **ARMS[arm])
+        make = lambda p: ManifoldMuon(p, momentum=0.0, nesterov=False, manifold=manifold, **kw)  # noqa: E731
+        with (lagged() if arm == "lagged" else contextlib.nullcontext()):
+            W_s, gaps, ops = walk(make, W0, long, (0.02,))
+        row[f"{arm}_e_W"] = e_W(W_s[0.02], W_star[0.02])
+        row[f"{arm}_vs_muon"] = row[f"{arm}_e_W"] / row["muon_e_W"]
+        row[f"{arm}_gap"] = gaps[0.02]
+        row[f"{arm}_eigh"], row[f"{arm}_eigvalsh"] = ops.get("eigh", 0), ops.get("eigvalsh", 0)
+    return row
+
+
+def main(out_dir: Path, quick: bool = False, weights=None, shapes=None, seeds=None, rounds: int | None = None,
+         timed: int | None = None, name: str = "step_budget") -> dict:
+    """``weights``: ((m, n), manifold) pairs for ``budget`` (default ``BUDGET_WEIGHTS``); ``shapes`` and ``seeds``
+    for ``one_eigh`` (default ``ONE_EIGH_SHAPES`` on both of ``ONE_EIGH_MANIFOLDS``, draws 0-2; ``shapes=()``
+    skips it). Refused before any work unless every weight names a Gram manifold and every side is >= 2 (and the
+    ``one_eigh`` shapes are rectangular: the Newton tracker's)."""
+    from .solver_table import MANIFOLDS
+
+    weights = [(tuple(s), m) for s, m in (weights or ((((24, 8), "dgram"),) if quick else BUDGET_WEIGHTS))]
+    shapes = [tuple(s) for s in (((24, 8),) if quick and shapes is None else (ONE_EIGH_SHAPES if shapes is None
+                                                                                  else shapes))]
+    seeds = list(seeds if seeds is not None else ((0,) if quick else (0, 1, 2)))
+    bad = [(s, m) for s, m in weights if len(s) != 2 or min(s) < 2 or m not in MANIFOLDS]
+    if bad:
+        raise ValueError(f"step_budget: weights are ((m, n), manifold) with m, n >= 2 and a manifold of "
+                         f"{', '.join(MANIFOLDS)}; got {bad}")
+    bad = [s for s in shapes if len(s) != 2 or min(s) < 2 or s[0] == s[1]]
+    if bad:
+        raise ValueError(f"step_budget: the one-eigendecomposition study's shapes are rectangular (m != n, both "
+                         f">= 2; the Newton tracker runs on rectangular weights), got {bad}")
+    rounds, timed = rounds or (3 if quick else 30), timed or (2 if quick else 10)
+    t0 = time.perf_counter()
+    with one_cpu_thread():
+        rows = []
+        for s, m in weights:
+            r = budget(s, m, rounds, timed if max(s) < 768 else max(2, timed // 5))
+            rows.append(r)
+            p = r["lean_bins"]
+            print(f"{str(s):12s} {m:8s} lean {r['lean_ms']:.2f} ms = {r['ratio']:.2f}x Muon; timed calls: "
+                  + ", ".join(f"{b} {p[b]:.2f}" for b in BINS) + f" ms; floor {r['floor_ratio']:.2f}x Muon",
+                  flush=True)
+        studies = []
+        for seed in seeds:
+            for s in shapes:
+                for m in ONE_EIGH_MANIFOLDS:
+                    r = one_eigh(s, m, seed)
+                    studies.append(r)
+                    print(f"{str(s):12s} {m:8s} draw {seed}: e_W / Muon's " + ", ".join(
+                        f"{a} {r[f'{a}_vs_muon']:.2f}" for a in ARMS), flush=True)
+    params = dict(weights=[[list(s), m] for s, m in weights], shapes=[list(s) for s in shapes], seeds=seeds,
+                  rounds=rounds, timed=timed, quick=quick, arms={a: repr(kw) for a, kw in ARMS.items()},
+                  criterion="lagged adopted only if its settled e_W <= 2/3 of Muon's on every draw at the three "
+                            "rectangular width-128 DGram weights")
+    return write_result(out_dir, name, dict(rows=rows, one_eigh=studies), params, time.perf_counter() - t0)
+
+
+if __name__ == "__main__":
+    main(Path(sys.argv[1]) if len(sys.argv) > 1 else Path("runs/bench"))

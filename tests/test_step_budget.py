@@ -1,0 +1,78 @@
+"""The benchmark ``step_budget`` (where the lean step's time goes; the one-eigendecomposition prototype): it refuses
+bad input before any work, its profile bins add up to the profiled step, and the prototype is what it says: one
+eigendecomposition and one eigvalsh a step where the library's tracker takes two and one, with an honest
+certificate (a feasible direction whose value is at most the dual bound it reports)."""
+
+import math
+
+import pytest
+import torch
+
+from manifold_muon.manifolds import get_manifold
+from manifold_muon.opcount import OpCounter
+from manifold_muon.optim import ManifoldMuon
+from manifold_muon.optim.inner_solvers import _tall_unit, gram_picture, lean_solve
+from manifold_muon_book.bench import step_budget
+
+
+def test_step_budget_refuses_bad_input_first(tmp_path):
+    with pytest.raises(ValueError, match="manifold of"):
+        step_budget.main(tmp_path, weights=[((24, 8), "sphere")], shapes=())
+    with pytest.raises(ValueError, match="m, n >= 2"):
+        step_budget.main(tmp_path, weights=[((24, 1), "dgram")], shapes=())
+    with pytest.raises(ValueError, match="rectangular"):
+        step_budget.main(tmp_path, weights=[((24, 8), "dgram")], shapes=[(16, 16)])
+    assert not list(tmp_path.iterdir())
+
+
+def test_step_budget_rows_add_up(tmp_path):
+    out = step_budget.main(tmp_path, weights=[((24, 8), "dgram"), ((12, 12), "stiefel")], shapes=[(24, 8)],
+                           seeds=[0], rounds=3, timed=2)
+    assert (tmp_path / "step_budget.json").exists()
+    for r in out["rows"]:
+        for arm in ("lean", "muon"):
+            p = r[f"{arm}_bins"]
+            assert math.isclose(r[f"{arm}_ms"], sum(p[b] for b in step_budget.BINS))
+            assert p["n x n products"] + p["m x n products"] > 0
+        assert r["lean_bins"]["eigendecompositions"] > 0 and r["muon_bins"]["eigendecompositions"] == 0
+        assert math.isclose(r["floor_ratio"], r["floor_ms"] / r["muon_ms"])
+    square = out["rows"][1]
+    assert square["lean_bins"]["m x n products"] == 0  # a square weight has no m-long side
+    rows = out["one_eigh"]
+    assert [(r["manifold"], r["seed"]) for r in rows] == [("dgram", 0), ("stiefel", 0)]
+    for r in rows:
+        assert (r["lagged_eigh"], r["lagged_eigvalsh"]) == (1, 2) and (r["newton_eigh"], r["newton_eigvalsh"]) == (2, 1)
+        assert all(math.isfinite(r[f"{a}_vs_muon"]) for a in step_budget.ARMS)
+
+
+@pytest.mark.parametrize("shape", [(40, 12), (12, 40)])
+def test_lagged_tracker_certificate_is_honest(shape):
+    """The prototype's direction is feasible (tangent, op-norm <= 1) and its value is at most the bound it reports,
+    along a stream, on the DGram weights it is measured on."""
+    M = get_manifold("dgram")
+    g = torch.Generator().manual_seed(3)
+    W = M.random_point(shape, generator=g)
+    warm, t = None, None
+    with step_budget.lagged():
+        for _ in range(6):
+            G = torch.randn(shape, generator=g)
+            sol = lean_solve(W, G, M.gram_projector, warm=warm, steps=1, diagonal=True, tracker="newton", damping=t)
+            warm, t = (sol.Lambda, sol.U), sol.damping
+            A = sol.matrix().double()
+            Wd = W.double()
+            S = (Wd.mT @ A) if shape[0] >= shape[1] else (A @ Wd.mT)
+            off = S + S.mT - torch.diag_embed(torch.diagonal(S + S.mT))
+            assert float(off.abs().max()) < 1e-5
+            assert float(torch.linalg.matrix_norm(A, ord=2)) <= 1 + 1e-5
+            assert 0 <= float(sol.gap) <= 1
+
+
+def test_lagged_swap_is_undone():
+    import manifold_muon.optim.inner_solvers as iso
+
+    before = iso.newton_track
+    with pytest.raises(RuntimeError):
+        with step_budget.lagged():
+            assert iso.newton_track is step_budget.lagged_newton_track
+            raise RuntimeError
+    assert iso.newton_track is before
