@@ -16,12 +16,13 @@ operation at all could not be cheaper than that with these calls. Why not ``torc
 (2026-12-06), so its shares said more about the profiler than about the step.
 
 ``one_eigh``: the Newton tracker (the lean default on rectangular DGram; ``tracker="newton"`` on Stiefel) against
-a prototype that needs one eigendecomposition a step instead of two, the idea the closing note of 2026-12-06
-named next. The prototype (``lagged_newton_track``, swapped in for ``inner_solvers.newton_track`` inside this
+a prototype that needs one eigendecomposition a step instead of two, the idea the last closing note on issue 19
+(stop 46) named next. The prototype (``lagged_newton_track``, swapped in for ``inner_solvers.newton_track`` inside this
 benchmark only, not a setting of the library) takes one float64 eigendecomposition of N = Z^T Z at the carried
 multiplier, certifies its msign candidate there (so the direction is the carried multiplier's, one momentum
 behind the tracker's), takes the Newton step from the same eigendecomposition for the next step, and damps it by
-a float64 ``eigvalsh`` of the new N (the dual value; about 0.4 of an eigendecomposition's time here). Also
+a float64 ``eigvalsh`` of the new N (the dual value; at n = 128 on one thread, 2026-12-06, about 0.4 of an
+eigendecomposition's time). Also
 the library's tracker with more conjugate-gradient steps (``inner_steps`` 2 and 4), the other way to spend the
 time. Per draw: the settled e_W at lr 0.02 after the table's ``STEADY`` momenta against the certified reference,
 as a multiple of Muon's own e_W on the same momentum. Criterion, set before this benchmark was written but after
