@@ -911,16 +911,23 @@ def newton_track(pic: GramPicture, Lambda, t, cg_steps: int, rtol, dtype=torch.f
     small's DGram shapes is 0.32-0.37x Muon's own from ``NEWTON_START``'s start (0.57-0.63x from the tangent
     projection's multiplier), where one ADMM iteration's is 0.62-0.68x. ``bound`` is the
     certificate's own (float64) bound, so the relative gap it gives is a certificate."""
-    P = pic.P
     a = pic.K0 + 2 * Lambda
     N = _sym(a.mT @ pic.dmul(a) + pic.R)
     V, s = eig_sqrt(N.to(eig_dtype))
     V, s = V.to(N.dtype), s.to(N.dtype)
-    f0 = s.sum(-1)
+    x = newton_direction(pic, a, V, s, rtol, cg_steps, dtype, precondition, eigenbasis)
+    return _newton_finish(pic, Lambda, t, x, s.sum(-1), rtol)
+
+
+def newton_direction(pic: GramPicture, a, V, s, rtol, cg_steps: int, dtype=torch.float32, precondition: bool = True,
+                     eigenbasis: bool = False):
+    """``newton_track``'s Newton direction at a = K0 + 2 Lambda from the eigendecomposition (V, s) of N = Z^T Z:
+    ``cg_steps`` conjugate-gradient steps on Hess f [x] = -grad f in ``dtype``, Jacobi-preconditioned (or
+    unpreconditioned), or with ``eigenbasis`` in N's eigenbasis (``_eigen_cg``)."""
     if eigenbasis:
-        return _newton_finish(pic, Lambda, t, _eigen_cg(pic, a, V, s, rtol, cg_steps, dtype), f0, rtol)
+        return _eigen_cg(pic, a, V, s, rtol, cg_steps, dtype)
     hvp, DaV, Vt = _hvp(pic, a, V, s, dtype)
-    grad = 2 * P(_sym((DaV * inv_sqrt(s, rtol).to(dtype).unsqueeze(-2)) @ Vt.mT))
+    grad = 2 * pic.P(_sym((DaV * inv_sqrt(s, rtol).to(dtype).unsqueeze(-2)) @ Vt.mT))
     if precondition:  # Jacobi on the first term of the Hessian, 2 P(D x N^{-1/2} + N^{-1/2} x D): its diagonal
         d = torch.diagonal(pic.D, dim1=-2, dim2=-1).to(dtype)
         floor = 1e-7 * s[..., -1:].clamp_min(torch.finfo(s.dtype).tiny)
@@ -929,7 +936,7 @@ def newton_track(pic: GramPicture, Lambda, t, cg_steps: int, rtol, dtype=torch.f
         pre = lambda r: r / jac  # noqa: E731
     else:
         pre = lambda r: r  # noqa: E731
-    return _newton_finish(pic, Lambda, t, _pcg(hvp, -grad, pre, cg_steps), f0, rtol)
+    return _pcg(hvp, -grad, pre, cg_steps)
 
 
 def _newton_finish(pic: GramPicture, Lambda, t, x, f0, rtol):

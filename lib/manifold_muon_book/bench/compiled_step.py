@@ -41,18 +41,13 @@ ARMS = ("lean", "lean_compiled", "muon", "muon_compiled")
 
 
 def _arms(shape, manifold: str, backend: str):
-    from .solver_table import muon_fp32, start_point
+    from .solver_table import at_lr0, muon_fp32, start_point
 
     W0 = start_point(shape, manifold).float().to(device())
+    lean = lambda p: ManifoldMuon(p, momentum=0.0, nesterov=False, manifold=manifold, inner="lean")  # noqa: E731
     arms = {}
     for name in ARMS:
-        W = torch.nn.Parameter(W0.clone())
-        if name.startswith("lean"):
-            opt = ManifoldMuon([W], lr=0.0, momentum=0.0, nesterov=False, manifold=manifold, inner="lean")
-        else:
-            opt = muon_fp32([W])
-            for g in opt.param_groups:
-                g["lr"] = 0.0
+        W, opt = at_lr0(lean if name.startswith("lean") else muon_fp32, W0)
         arms[name] = (W, opt, torch.compile(opt.step, backend=backend) if name.endswith("compiled") else opt.step)
     return arms
 

@@ -192,6 +192,16 @@ def _check_timing(timing, who: str):
         raise ValueError(f"{who}: unknown timing setting(s) {', '.join(unknown)}; choose from {', '.join(TIMING)}")
 
 
+def at_lr0(factory, W0):
+    """(W, opt): ``factory([W])`` on its own copy W of ``W0``, every group at lr 0 (the step changes the solver's
+    state, not the weight: the timed streams' protocol)."""
+    W = torch.nn.Parameter(W0.clone())
+    opt = factory([W])
+    for g in opt.param_groups:
+        g["lr"] = 0.0
+    return W, opt
+
+
 def paired_times(make, W0, grads, warmup: int, min_rounds: int, max_rounds: int, budget_s: float) -> dict:
     """The variant's optimizer step against Muon's (``muon_fp32``) on the same matrix, in interleaved rounds: each
     round steps both on the same momentum of ``grads`` (each optimizer on its own copy of W0, at lr 0, so that a
@@ -204,13 +214,7 @@ def paired_times(make, W0, grads, warmup: int, min_rounds: int, max_rounds: int,
 
     if len(grads) < warmup + max_rounds:
         raise ValueError(f"paired_times: {len(grads)} momenta for {warmup} + {max_rounds} rounds; pass more")
-    arms = []
-    for factory in (muon_fp32, make):
-        W = torch.nn.Parameter(W0.clone())
-        opt = factory([W])
-        for g in opt.param_groups:
-            g["lr"] = 0.0
-        arms.append((opt, W))
+    arms = [at_lr0(factory, W0)[::-1] for factory in (muon_fp32, make)]
 
     steps = [lambda i, opt=opt: opt.step() for opt, _ in arms]
     set_grads = [lambda i, W=W: setattr(W, "grad", grads[i].clone()) for _, W in arms]  # untimed

@@ -52,9 +52,8 @@ from torch.overrides import TorchFunctionMode
 from manifold_muon.opcount import _DECOMP, _MATMUL
 from manifold_muon.optim import ManifoldMuon
 import manifold_muon.optim.inner_solvers as inner_solvers
-from manifold_muon.optim.inner_solvers import (Span, _eigen_cg, _hvp, _pcg, _sym, eig_sqrt, factor, feasible,
-                                               inv_sqrt)
-from .common import one_cpu_thread, write_result
+from manifold_muon.optim.inner_solvers import Span, _sym, eig_sqrt, factor, feasible, inv_sqrt, newton_direction
+from .common import interleaved, one_cpu_thread, write_result
 
 # the table's lean misses at width 128 (runs/bench/solver_table.json), and GPT-2 small's c_attn for contrast
 BUDGET_WEIGHTS = (((128, 128), "stiefel"), ((128, 128), "dgram"), ((128, 512), "dgram"), ((512, 128), "dgram"),
@@ -79,16 +78,7 @@ def lagged_newton_track(pic, Lambda, t, cg_steps: int, rtol, dtype=torch.float32
     f0 = s.sum(-1)
     Y = factor(V, s, lambda s: inv_sqrt(s, rtol))
     A, value, AtA = feasible(pic, Span(a @ Y, Y), 0, fast=True, with_gram=True)
-    if eigenbasis:
-        x = _eigen_cg(pic, a, V, s, rtol, cg_steps, dtype)
-    else:  # as newton_track: Jacobi-preconditioned CG in float32
-        hvp, DaV, Vt = _hvp(pic, a, V, s, dtype)
-        grad = 2 * pic.P(_sym((DaV * inv_sqrt(s, rtol).to(dtype).unsqueeze(-2)) @ Vt.mT))
-        d = torch.diagonal(pic.D, dim1=-2, dim2=-1).to(dtype)
-        floor = 1e-7 * s[..., -1:].clamp_min(torch.finfo(s.dtype).tiny)
-        nih = (Vt * Vt / torch.maximum(s, floor).to(dtype).unsqueeze(-2)).sum(-1)
-        jac = 2 * (d.unsqueeze(-1) * nih.unsqueeze(-2) + nih.unsqueeze(-1) * d.unsqueeze(-2))
-        x = _pcg(hvp, -grad, lambda r: r / jac, cg_steps)
+    x = newton_direction(pic, a, V, s, rtol, cg_steps, dtype, precondition, eigenbasis)  # the library's tracker's
     x = torch.nan_to_num(x, nan=0.0, posinf=0.0, neginf=0.0)
     Lambda1 = Lambda + t[..., None, None] * x.to(Lambda.dtype)
     a1 = pic.K0 + 2 * Lambda1
@@ -116,7 +106,7 @@ class _CallTimer(TorchFunctionMode):
 
     def __init__(self, n: int, m: int):
         super().__init__()
-        self.n, self.m, self.ms = n, m, dict.fromkeys(BINS[:3], 0.0)
+        self.n, self.m, self.ms, self.calls = n, m, dict.fromkeys(BINS[:3], 0.0), dict.fromkeys(BINS[:3], 0)
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
@@ -131,6 +121,7 @@ class _CallTimer(TorchFunctionMode):
         t = time.perf_counter()
         out = func(*args, **kwargs)
         self.ms[key] += 1e3 * (time.perf_counter() - t)
+        self.calls[key] += 1
         return out
 
 
@@ -146,27 +137,15 @@ def timed_calls(step, prepare, steps: int, shape) -> dict:
 
 
 def budget(shape, manifold: str, rounds: int, timed: int, warmup: int = 4, seed: int = 0) -> dict:
-    from .solver_table import muon_fp32, start_point, timing_stream
+    from .solver_table import at_lr0, muon_fp32, start_point, timing_stream
 
     W0 = start_point(shape, manifold, seed).float().cpu()  # CPU only: a GPU call returns before its kernel ends
     grads = [G.cpu() for G in timing_stream(shape, seed, warmup + rounds + timed)]
-    arms = {}
-    for name in ("lean", "muon"):
-        W = torch.nn.Parameter(W0.clone())
-        opt = (ManifoldMuon([W], lr=0.0, momentum=0.0, nesterov=False, manifold=manifold, inner="lean")
-               if name == "lean" else muon_fp32([W]))
-        for g in opt.param_groups:
-            g["lr"] = 0.0
-        arms[name] = (W, opt)
-    times = {name: [] for name in arms}
-    for i, G in enumerate(grads[:warmup + rounds]):
-        for name in (("lean", "muon") if i % 2 == 0 else ("muon", "lean")):
-            W, opt = arms[name]
-            W.grad = G.clone()
-            t = time.perf_counter()
-            opt.step()
-            if i >= warmup:
-                times[name].append(time.perf_counter() - t)
+    lean = lambda p: ManifoldMuon(p, momentum=0.0, nesterov=False, manifold=manifold, inner="lean")  # noqa: E731
+    arms = {"lean": at_lr0(lean, W0), "muon": at_lr0(muon_fp32, W0)}
+    steps = [lambda i, opt=opt: opt.step() for _, opt in arms.values()]
+    set_grads = [lambda i, W=W: setattr(W, "grad", grads[i].clone()) for W, _ in arms.values()]  # untimed
+    times = dict(zip(arms, interleaved(*steps, rounds=rounds, warmup=warmup, prepare=set_grads)))
     row = dict(shape=list(shape), manifold=manifold, rounds=rounds, timed_steps=timed,
                lean_ms=1e3 * statistics.median(times["lean"]), muon_ms=1e3 * statistics.median(times["muon"]))
     row["ratio"] = row["lean_ms"] / row["muon_ms"]
