@@ -1,7 +1,8 @@
 """The benchmark ``step_budget`` (where the lean step's time goes; the one-eigendecomposition prototype): it refuses
 bad input before any work, its call timer sees every eigendecomposition and product of a step, and the prototype is what it says: one
 eigendecomposition and two eigvalsh a step where the library's tracker takes two and one, with an honest
-certificate (a feasible direction whose certified gap bounds its sub-optimality against the exact solve)."""
+certificate (a feasible direction whose certified gap bounds its sub-optimality against the exact solve); the float32
+arm decomposes the carried multiplier in float32 and nothing else in a lower precision."""
 
 import math
 
@@ -22,12 +23,18 @@ def test_step_budget_refuses_bad_input_first(tmp_path):
         step_budget.main(tmp_path, weights=[((24, 1), "dgram")], shapes=())
     with pytest.raises(ValueError, match="rectangular"):
         step_budget.main(tmp_path, weights=[((24, 8), "dgram")], shapes=[(16, 16)])
+    with pytest.raises(ValueError, match="rectangular"):
+        step_budget.main(tmp_path, weights=[((24, 8), "dgram")], shapes=(), float32_weights=[((16, 16), "dgram")])
+    with pytest.raises(ValueError, match="repeats"):
+        step_budget.main(tmp_path, weights=[((24, 8), "dgram")], shapes=(), repeats=0)
+    with pytest.raises(ValueError, match="float32_weights"):
+        step_budget.main(tmp_path, weights=[((24, 8), "dgram")], shapes=(), float32_weights=[((24, 8), "sphere")])
     assert not list(tmp_path.iterdir())
 
 
 def test_step_budget_rows_add_up(tmp_path):
     out = step_budget.main(tmp_path, weights=[((24, 8), "dgram"), ((12, 12), "stiefel")], shapes=[(24, 8)],
-                           seeds=[0], rounds=3, timed=2)
+                           seeds=[0], rounds=3, timed=2, float32_weights=[((8, 20), "dgram")], quick=True)
     assert (tmp_path / "step_budget.json").exists()
     for r in out["rows"]:
         for arm in ("lean", "muon"):
@@ -41,7 +48,13 @@ def test_step_budget_rows_add_up(tmp_path):
     assert [(r["manifold"], r["seed"]) for r in rows] == [("dgram", 0), ("stiefel", 0)]
     for r in rows:
         assert (r["lagged_eigh"], r["lagged_eigvalsh"]) == (1, 2) and (r["newton_eigh"], r["newton_eigvalsh"]) == (2, 1)
-        assert all(math.isfinite(r[f"{a}_vs_muon"]) for a in step_budget.ARMS)
+        assert (r["eig32_eigh"], r["eig32_eigvalsh"]) == (2, 1)  # the same calls, one of them in float32
+        assert all(math.isfinite(r[f"{a}_vs_muon"]) and r[f"{a}_ratio"] > 0 for a in step_budget.ARMS)
+    (wide,) = out["float32_weights"]
+    assert wide["shape"] == [8, 20] and wide["eig32_ratio"] > 0 and "lagged_e_W" not in wide
+    floors = out["fixed_floor"]
+    assert [(f["manifold"], f["arm"]) for f in floors] == [(m, a) for m in ("dgram", "stiefel") for a in ("newton", "eig32")]
+    assert all(0 <= f["gap_min"] <= f["gap"] <= 1 and 0 < f["damping"] <= 1 for f in floors)
 
 
 @pytest.mark.parametrize("shape", [(40, 12), (12, 40)])
@@ -70,15 +83,37 @@ def test_lagged_tracker_certificate_is_honest(shape):
             assert float((G.double() * A).sum()) >= (1 - float(sol.gap)) * opt - 1e-6 * abs(opt)
 
 
-def test_lagged_swap_is_undone():
+@pytest.mark.parametrize("arm", ["lagged", "eig32"])
+def test_swaps_are_undone(arm):
     import manifold_muon.optim.inner_solvers as iso
 
     before = iso.newton_track
     with pytest.raises(RuntimeError):
-        with step_budget.lagged():
-            assert iso.newton_track is step_budget.lagged_newton_track
+        with step_budget.swapped(arm):
+            assert iso.newton_track is not before
             raise RuntimeError
     assert iso.newton_track is before
+
+
+@pytest.mark.parametrize("shape,manifold", [((24, 8), "dgram"), ((8, 24), "stiefel")])
+def test_float32_arm_decomposes_the_carried_multiplier_in_float32(shape, manifold, monkeypatch):
+    """Under ``float32_direction`` the tracker's first eigendecomposition (at the carried multiplier) gets a float32
+    matrix and the certificate's stays float64; without it both are float64. (The op-norm's eigvalsh is float32 in
+    both.)"""
+    g = torch.Generator().manual_seed(1)
+    M = get_manifold(manifold)
+    W, G = M.random_point(shape, generator=g), torch.randn(shape, generator=g)
+    warm = lean_solve(W, G, M.gram_projector, steps=1, diagonal=True, tracker="newton")
+    seen = []
+    eigh = torch.linalg.eigh
+    monkeypatch.setattr(torch.linalg, "eigh", lambda A, *a, **k: seen.append(A.dtype) or eigh(A, *a, **k))
+    for arm in ("newton", "eig32"):
+        seen.clear()
+        with step_budget.swapped(arm):
+            lean_solve(W, G, M.gram_projector, warm=(warm.Lambda, warm.U), steps=1, diagonal=True, tracker="newton",
+                       damping=warm.damping, eigenbasis=manifold == "stiefel")
+        first = torch.float32 if arm == "eig32" else torch.float64
+        assert seen == [first, torch.float64], (arm, seen)
 
 
 @pytest.mark.parametrize("shape,manifold", [((24, 8), "dgram"), ((8, 24), "dgram"), ((12, 12), "stiefel")])

@@ -1,5 +1,5 @@
-"""Where the lean step's time goes at the table's width-128 misses, and whether one eigendecomposition a step would
-do (issue 19).
+"""Where the lean step's time goes at the table's width-128 misses, and whether one eigendecomposition a step, or a
+float32 one, would do (issue 19).
 
 Two measurements, both on the table's stationary streams (``solver_table``), one CPU thread:
 
@@ -30,16 +30,31 @@ a scratch run of the same prototype at the same shapes (draws 0-2, 2026-12-06): 
 building into the library only if its settled e_W is at most 2/3 of Muon's (issue 19's bar) on every draw at
 the three rectangular width-128 DGram weights.
 
+``float32``: the other way to make the tracker's first eigendecomposition cheaper, in float32 instead of float64
+(the one at the carried multiplier, which gives the Newton direction and the damping's f(Lambda); the certificate
+stays float64). The arm ``eig32`` (``float32_direction``, ``inner_solvers.newton_track`` with ``eig_dtype`` float32
+inside this benchmark only, not a setting of the library) runs beside the others in ``one_eigh``, which also times
+every arm against Muon's float32 step (``solver_table.paired_times``, the table's protocol). Two more measurements
+for it: the library's tracker and ``eig32`` at GPT-2 small's ``c_attn`` shape on DGram (768 x 2304, draw 0;
+``EIG32_GPT2``), and ``fixed_floor``: the certified gap and the damping after ``FIXED_STEPS`` steps on one momentum
+repeated, where a tracker should converge (the library's docstring says a float32 eigendecomposition stalls there).
+Criterion, set after scratch runs of the same swap (2026-12-06: draws 0-2 at the width-128 shapes, draw 0 at
+768 x 2304 DGram), so not blind: float32 would be worth building into the library only if (a) its settled
+e_W is within 0.02 of the library tracker's (both as multiples of Muon's) on every draw at the three rectangular
+width-128 weights and at ``c_attn``, (b) it brings a width-128 weight whose table ratio misses its target under it
+on all three draws, and (c) on the fixed momentum it ends within 10x of the library tracker's gap.
+
 A benchmark: it measures and reports, it asserts nothing about speed or accuracy. ``budget`` runs on the CPU even
 where there is a GPU: a GPU call returns before its kernel ends, so timing calls from the host says nothing there
 (on a GPU the question is ``compiled_step``'s, in ``runs/gpu_check.sh``).
 
-    python -m manifold_muon_book.bench.step_budget       # into runs/bench/step_budget.json (about 2 minutes)
+    python -m manifold_muon_book.bench.step_budget       # into runs/bench/step_budget.json (about 12 minutes)
 """
 
 from __future__ import annotations
 
 import contextlib
+import functools
 import statistics
 import sys
 import time
@@ -61,7 +76,9 @@ BUDGET_WEIGHTS = (((128, 128), "stiefel"), ((128, 128), "dgram"), ((128, 512), "
 ONE_EIGH_SHAPES = ((128, 512), (512, 128), (384, 128))
 ONE_EIGH_MANIFOLDS = ("dgram", "stiefel")
 ARMS = {"newton": dict(), "newton_cg2": dict(inner_steps=2), "newton_cg4": dict(inner_steps=4),
-        "lagged": dict()}
+        "lagged": dict(), "eig32": dict()}
+EIG32_GPT2 = ((768, 2304), "dgram")  # float32's one GPT-2 small weight (c_attn, draw 0): a reference there takes minutes
+FIXED_STEPS = 30
 BINS = ("eigendecompositions", "n x n products", "m x n products", "everything else")
 
 
@@ -87,6 +104,23 @@ def lagged_newton_track(pic, Lambda, t, cg_steps: int, rtol, dtype=torch.float32
     Lambda = torch.where(fell[..., None, None], Lambda1, Lambda)
     t = torch.where(fell, (2 * t).clamp_max(1), 0.5 * t)
     return A, value, f0, AtA, Lambda, t
+
+
+@contextlib.contextmanager
+def float32_direction():
+    """``inner_solvers.newton_track`` with its first eigendecomposition (at the carried multiplier) in float32 inside
+    the block (this benchmark only; the certificate's stays float64)."""
+    original = inner_solvers.newton_track
+    inner_solvers.newton_track = functools.partial(original, eig_dtype=torch.float32)
+    try:
+        yield
+    finally:
+        inner_solvers.newton_track = original
+
+
+def swapped(arm: str):
+    """The context an arm of ``ARMS`` runs in: the prototype's or float32's swap, else none."""
+    return {"lagged": lagged, "eig32": float32_direction}.get(arm, contextlib.nullcontext)()
 
 
 @contextlib.contextmanager
@@ -162,10 +196,16 @@ def budget(shape, manifold: str, rounds: int, timed: int, warmup: int = 4, seed:
     return row
 
 
-def one_eigh(shape, manifold: str, seed: int, arms=tuple(ARMS)) -> dict:
-    """The settled e_W / Muon's of each of ``arms`` on draw ``seed`` (``solver_table.measure``'s steady stream)."""
+def one_eigh(shape, manifold: str, seed: int, arms=tuple(ARMS), timing=None) -> dict:
+    """The settled e_W / Muon's of each of ``arms`` on draw ``seed`` (``solver_table.measure``'s steady stream), and
+    each arm's step against Muon's float32 step (``paired_times`` on the table's timing stream; ``timing``: its
+    settings, default ``solver_table.TIMING``)."""
     from manifold_muon.manifolds import get_manifold
-    from .solver_table import STEADY, VARIANTS, e_W, reference, start_point, steady_stream, walk
+    from .solver_table import (STEADY, TIMING, VARIANTS, e_W, paired_times, reference, start_point, steady_stream,
+                               timing_stream, walk)
+
+    timing = dict(TIMING, **(timing or {}))
+    timed = timing_stream(shape, seed, timing["warmup"] + timing["max_rounds"])
 
     M = get_manifold(manifold)
     W0 = start_point(shape, manifold, seed)
@@ -176,8 +216,9 @@ def one_eigh(shape, manifold: str, seed: int, arms=tuple(ARMS)) -> dict:
     for arm in arms:
         kw = dict(VARIANTS["lean_newton"], **ARMS[arm])
         make = lambda p: ManifoldMuon(p, momentum=0.0, nesterov=False, manifold=manifold, **kw)  # noqa: E731
-        with (lagged() if arm == "lagged" else contextlib.nullcontext()):
+        with swapped(arm):
             W_s, gaps, ops = walk(make, W0, long, (0.02,))
+            row[f"{arm}_ratio"] = paired_times(make, W0, timed, **timing)["ratio"]
         row[f"{arm}_e_W"] = e_W(W_s[0.02], W_star[0.02])
         row[f"{arm}_vs_muon"] = row[f"{arm}_e_W"] / row["muon_e_W"]
         row[f"{arm}_gap"] = gaps[0.02]
@@ -185,12 +226,37 @@ def one_eigh(shape, manifold: str, seed: int, arms=tuple(ARMS)) -> dict:
     return row
 
 
+def fixed_floor(shape, manifold: str, arm: str, steps: int = FIXED_STEPS, seed: int = 0) -> dict:
+    """Where the tracker of ``arm`` (``ARMS``) ends on one momentum repeated: the certified gap and the damping t after
+    ``steps`` optimizer steps at lr 0 on the first momentum of draw ``seed``'s steady stream, from the table's start
+    point (the tracker's first step starts from ``NEWTON_START`` ADMM iterations, as in training)."""
+    from .solver_table import VARIANTS, at_lr0, start_point, steady_stream
+
+    G = steady_stream(shape, 1, seed + 2)[0]
+    kw = dict(VARIANTS["lean_newton"], **ARMS[arm])
+    W, opt = at_lr0(lambda p: ManifoldMuon(p, momentum=0.0, nesterov=False, manifold=manifold, **kw),
+                    start_point(shape, manifold, seed))
+    gaps = []
+    with swapped(arm):
+        for _ in range(steps):
+            W.grad = G.clone()
+            opt.step()
+            gaps.append(float(opt.state[W]["duality_gap"]))
+    return dict(shape=list(shape), manifold=manifold, arm=arm, steps=steps, seed=seed, gap=gaps[-1],
+                gap_min=min(gaps), damping=float(opt.state[W]["newton_t"]))
+
+
 def main(out_dir: Path, quick: bool = False, weights=None, shapes=None, seeds=None, rounds: int | None = None,
-         timed: int | None = None, name: str = "step_budget") -> dict:
+         timed: int | None = None, float32_weights=None, repeats: int | None = None,
+         name: str = "step_budget") -> dict:
     """``weights``: ((m, n), manifold) pairs for ``budget`` (default ``BUDGET_WEIGHTS``); ``shapes`` and ``seeds``
-    for ``one_eigh`` (default ``ONE_EIGH_SHAPES`` on both of ``ONE_EIGH_MANIFOLDS``, draws 0-2; ``shapes=()``
-    skips it). Refused before any work unless every weight names a Gram manifold and every side is >= 2 (and the
-    ``one_eigh`` shapes are rectangular: the Newton tracker's)."""
+    for ``one_eigh`` and ``fixed_floor`` (default ``ONE_EIGH_SHAPES`` on both of ``ONE_EIGH_MANIFOLDS``, draws 0-2;
+    ``shapes=()`` skips them); ``repeats``: times ``budget`` runs on every weight, each a row with its ``repeat``
+    (default 3, 1 in quick mode: on 2026-12-06 two single runs put one weight's calls-against-calls ratio on either
+    side of its target); ``float32_weights``: the weights where the library's tracker and float32 are also
+    compared on draw 0 (default ``(EIG32_GPT2,)``, none in quick mode). Refused before any work unless every weight
+    names a Gram manifold and every side is >= 2 (and the ``one_eigh`` and ``float32_weights`` shapes are
+    rectangular: the Newton tracker's)."""
     from .solver_table import MANIFOLDS
 
     weights = [(tuple(s), m) for s, m in (weights or ((((24, 8), "dgram"),) if quick else BUDGET_WEIGHTS))]
@@ -201,34 +267,66 @@ def main(out_dir: Path, quick: bool = False, weights=None, shapes=None, seeds=No
     if bad:
         raise ValueError(f"step_budget: weights are ((m, n), manifold) with m, n >= 2 and a manifold of "
                          f"{', '.join(MANIFOLDS)}; got {bad}")
-    bad = [s for s in shapes if len(s) != 2 or min(s) < 2 or s[0] == s[1]]
+    float32_weights = [(tuple(s), m) for s, m in (float32_weights if float32_weights is not None
+                                                  else (() if quick else (EIG32_GPT2,)))]
+    bad = [(s, m) for s, m in float32_weights if m not in MANIFOLDS]
+    if bad:
+        raise ValueError(f"step_budget: float32_weights are ((m, n), manifold) with a manifold of "
+                         f"{', '.join(MANIFOLDS)}; got {bad}")
+    bad = [s for s in [*shapes, *(s for s, _ in float32_weights)] if len(s) != 2 or min(s) < 2 or s[0] == s[1]]
     if bad:
         raise ValueError(f"step_budget: the one-eigendecomposition study's shapes are rectangular (m != n, both "
                          f">= 2; the Newton tracker runs on rectangular weights), got {bad}")
     rounds, timed = rounds or (3 if quick else 30), timed or (2 if quick else 10)
+    repeats = repeats if repeats is not None else (1 if quick else 3)
+    if not (isinstance(repeats, int) and repeats >= 1):
+        raise ValueError(f"step_budget: repeats is an int >= 1, got {repeats!r}")
+    timing = dict(warmup=1, min_rounds=2, max_rounds=3, budget_s=0.0) if quick else None
     t0 = time.perf_counter()
     with one_cpu_thread():
         rows = []
-        for s, m in weights:
-            r = budget(s, m, rounds, timed if max(s) < 768 else max(2, timed // 5))
+        for rep, (s, m) in ((rep, w) for rep in range(repeats) for w in weights):
+            r = dict(budget(s, m, rounds, timed if max(s) < 768 else max(2, timed // 5)), repeat=rep)
             rows.append(r)
             p = r["lean_bins"]
-            print(f"{str(s):12s} {m:8s} lean {r['lean_ms']:.2f} ms = {r['ratio']:.2f}x Muon; timed calls: "
+            print(f"{str(s):12s} {m:8s} [{rep}] lean {r['lean_ms']:.2f} ms = {r['ratio']:.2f}x Muon; timed calls: "
                   + ", ".join(f"{b} {p[b]:.2f}" for b in BINS) + f" ms; floor {r['floor_ratio']:.2f}x Muon",
                   flush=True)
         studies = []
         for seed in seeds:
             for s in shapes:
                 for m in ONE_EIGH_MANIFOLDS:
-                    r = one_eigh(s, m, seed)
+                    r = one_eigh(s, m, seed, timing=timing)
                     studies.append(r)
-                    print(f"{str(s):12s} {m:8s} draw {seed}: e_W / Muon's " + ", ".join(
-                        f"{a} {r[f'{a}_vs_muon']:.2f}" for a in ARMS), flush=True)
+                    print(f"{str(s):12s} {m:8s} draw {seed}: e_W / Muon's, step / Muon's " + ", ".join(
+                        f"{a} {r[f'{a}_vs_muon']:.2f}, {r[f'{a}_ratio']:.2f}" for a in ARMS), flush=True)
+        wide = []
+        for s, m in float32_weights:
+            r = one_eigh(s, m, 0, arms=("newton", "eig32"), timing=timing)
+            wide.append(r)
+            print(f"{str(s):12s} {m:8s} draw 0: e_W / Muon's, step / Muon's " + ", ".join(
+                f"{a} {r[f'{a}_vs_muon']:.2f}, {r[f'{a}_ratio']:.2f}" for a in ("newton", "eig32")), flush=True)
+        floors, fixed_steps = [], 4 if quick else FIXED_STEPS
+        for s in shapes:
+            for m in ONE_EIGH_MANIFOLDS:
+                for arm in ("newton", "eig32"):
+                    floors.append(fixed_floor(s, m, arm, fixed_steps))
+                    f = floors[-1]
+                    print(f"{str(s):12s} {m:8s} {arm:6s} on one momentum: gap {f['gap']:.1e} after {f['steps']} "
+                          f"steps, damping {f['damping']:.1e}", flush=True)
     params = dict(weights=[[list(s), m] for s, m in weights], shapes=[list(s) for s in shapes], seeds=seeds,
-                  rounds=rounds, timed=timed, quick=quick, arms={a: repr(kw) for a, kw in ARMS.items()},
+                  rounds=rounds, timed=timed, repeats=repeats, quick=quick,
+                  arms={a: repr(kw) for a, kw in ARMS.items()},
+                  float32_weights=[[list(s), m] for s, m in float32_weights], fixed_steps=fixed_steps,
                   criterion="lagged adopted only if its settled e_W <= 2/3 of Muon's on every draw at the three "
-                            "rectangular width-128 DGram weights")
-    return write_result(out_dir, name, dict(rows=rows, one_eigh=studies), params, time.perf_counter() - t0)
+                            "rectangular width-128 DGram weights",
+                  criterion_eig32="float32 adopted only if its settled e_W is within 0.02 (as a multiple of Muon's) "
+                                  "of the library tracker's on every draw at the three rectangular width-128 shapes "
+                                  "and at float32_weights, it brings a width-128 weight whose table ratio misses "
+                                  "under its target on all three draws, and on one momentum it ends within 10x of "
+                                  "the library tracker's gap (set after scratch runs of the same swap, 2026-12-06)")
+    return write_result(out_dir, name, dict(rows=rows, one_eigh=studies, float32_weights=wide, fixed_floor=floors),
+                        params, time.perf_counter() - t0)
 
 
 if __name__ == "__main__":
