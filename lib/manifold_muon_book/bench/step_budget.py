@@ -107,15 +107,20 @@ def lagged_newton_track(pic, Lambda, t, cg_steps: int, rtol, dtype=torch.float32
 
 
 @contextlib.contextmanager
-def float32_direction():
-    """``inner_solvers.newton_track`` with its first eigendecomposition (at the carried multiplier) in float32 inside
-    the block (this benchmark only; the certificate's stays float64)."""
+def _tracker(replacement):
+    """``inner_solvers.newton_track`` replaced by ``replacement`` inside the block, restored on any exit."""
     original = inner_solvers.newton_track
-    inner_solvers.newton_track = functools.partial(original, eig_dtype=torch.float32)
+    inner_solvers.newton_track = replacement
     try:
         yield
     finally:
         inner_solvers.newton_track = original
+
+
+def float32_direction():
+    """``inner_solvers.newton_track`` with its first eigendecomposition (at the carried multiplier) in float32 inside
+    the block (this benchmark only; the certificate's stays float64)."""
+    return _tracker(functools.partial(inner_solvers.newton_track, eig_dtype=torch.float32))
 
 
 def swapped(arm: str):
@@ -123,15 +128,9 @@ def swapped(arm: str):
     return {"lagged": lagged, "eig32": float32_direction}.get(arm, contextlib.nullcontext)()
 
 
-@contextlib.contextmanager
 def lagged():
     """``inner_solvers.newton_track`` replaced by ``lagged_newton_track`` inside the block (this benchmark only)."""
-    original = inner_solvers.newton_track
-    inner_solvers.newton_track = lagged_newton_track
-    try:
-        yield
-    finally:
-        inner_solvers.newton_track = original
+    return _tracker(lagged_newton_track)
 
 
 class _CallTimer(TorchFunctionMode):
