@@ -2,7 +2,8 @@
 bad input before any work, its call timer sees every eigendecomposition and product of a step, and the prototype is what it says: one
 eigendecomposition and two eigvalsh a step where the library's tracker takes two and one, with an honest
 certificate (a feasible direction whose certified gap bounds its sub-optimality against the exact solve); the float32
-arm decomposes the carried multiplier in float32 and nothing else in a lower precision."""
+arm decomposes the carried multiplier in float32 and nothing else in a lower precision; the first-order arm (``dk``)
+takes one eigendecomposition a step and still certifies honestly."""
 
 import math
 
@@ -49,11 +50,12 @@ def test_step_budget_rows_add_up(tmp_path):
     for r in rows:
         assert (r["lagged_eigh"], r["lagged_eigvalsh"]) == (1, 2) and (r["newton_eigh"], r["newton_eigvalsh"]) == (2, 1)
         assert (r["eig32_eigh"], r["eig32_eigvalsh"]) == (2, 1)  # the same calls, one of them in float32
+        assert (r["dk_eigh"], r["dk_eigvalsh"]) == (1, 1)  # the certificate's eigendecomposition is gone
         assert all(math.isfinite(r[f"{a}_vs_muon"]) and r[f"{a}_ratio"] > 0 for a in step_budget.ARMS)
     (wide,) = out["float32_weights"]
-    assert wide["shape"] == [8, 20] and wide["eig32_ratio"] > 0 and "lagged_e_W" not in wide
+    assert wide["shape"] == [8, 20] and wide["eig32_ratio"] > 0 and wide["dk_ratio"] > 0 and "lagged_e_W" not in wide
     floors = out["fixed_floor"]
-    assert [(f["manifold"], f["arm"]) for f in floors] == [(m, a) for m in ("dgram", "stiefel") for a in ("newton", "eig32")]
+    assert [(f["manifold"], f["arm"]) for f in floors] == [(m, a) for m in ("dgram", "stiefel") for a in ("newton", "eig32", "dk")]
     assert all(0 <= f["gap_min"] <= f["gap"] <= 1 and 0 < f["damping"] <= 1 for f in floors)
 
 
@@ -83,7 +85,53 @@ def test_lagged_tracker_certificate_is_honest(shape):
             assert float((G.double() * A).sum()) >= (1 - float(sol.gap)) * opt - 1e-6 * abs(opt)
 
 
-@pytest.mark.parametrize("arm", ["lagged", "eig32"])
+@pytest.mark.parametrize("shape,manifold", [((40, 12), "dgram"), ((12, 40), "dgram"), ((40, 12), "stiefel")])
+def test_first_order_tracker_certificate_is_honest(shape, manifold):
+    """Along a stream the ``dk`` prototype's direction is feasible (tangent, op-norm <= 1) and its certified gap, from
+    the Schur-Horn bound in the carried multiplier's eigenbasis, bounds its sub-optimality: <G, A> >= (1 - gap) OPT;
+    and it calls ``eigh`` once a step (the library's tracker: twice)."""
+    M = get_manifold(manifold)
+    g = torch.Generator().manual_seed(5)
+    W = M.random_point(shape, generator=g)
+    G = torch.randn(shape, generator=g)
+    warm, t = None, None
+    with step_budget.first_order():
+        for k in range(6):
+            G = 0.9 * G + 0.45 * torch.randn(shape, generator=g)  # a moving stream, so the tracker keeps stepping
+            with OpCounter(max(shape)) as counter:
+                sol = lean_solve(W, G, M.gram_projector, warm=warm, steps=1, diagonal=True, tracker="newton",
+                                 damping=t, eigenbasis=manifold == "stiefel")
+            if warm is not None:  # (the first step also runs the tracker's ADMM start)
+                assert counter.counts["eigh"] == 1
+            warm, t = (sol.Lambda, sol.U), sol.damping
+            A = sol.matrix().double()
+            Wd = W.double()
+            S = (Wd.mT @ A) if shape[0] >= shape[1] else (A @ Wd.mT)
+            defect = S + S.mT if manifold == "stiefel" else S + S.mT - torch.diag_embed(torch.diagonal(S + S.mT))
+            assert float(defect.abs().max()) < 1e-5
+            assert float(torch.linalg.matrix_norm(A, ord=2)) <= 1 + 1e-5
+            assert 0 <= float(sol.gap) <= 1
+            ref = exact_solve(Wd, G.double(), M.gram_projector, tol=1e-9)
+            opt = float((G.double() * ref.matrix()).sum())
+            assert float((G.double() * A).sum()) >= (1 - float(sol.gap)) * opt - 1e-6 * abs(opt), k
+
+
+@pytest.mark.parametrize("shape", [(30, 9), (9, 30), (16, 16)])
+def test_schur_horn_bound(shape):
+    """The bound the ``dk`` prototype certifies with: for any orthonormal V, sum_i ||Z v_i|| >= ||Z||_*, with equality
+    in Z's right singular basis (a sum of sqrt over N's diagonal in any basis is at least its sum over N's
+    eigenvalues)."""
+    g = torch.Generator().manual_seed(2)
+    Z = torch.randn(shape, dtype=torch.float64, generator=g) * torch.logspace(0, -3, shape[1], dtype=torch.float64)
+    nuclear = float(torch.linalg.svdvals(Z).sum())
+    for _ in range(20):
+        V, _ = torch.linalg.qr(torch.randn(shape[1], shape[1], dtype=torch.float64, generator=g))
+        assert float(torch.linalg.vector_norm(Z @ V, dim=0).sum()) >= nuclear * (1 - 1e-12)
+    Vs = torch.linalg.svd(Z, full_matrices=False).Vh.mT
+    assert math.isclose(float(torch.linalg.vector_norm(Z @ Vs, dim=0).sum()), nuclear, rel_tol=1e-10)
+
+
+@pytest.mark.parametrize("arm", ["lagged", "eig32", "dk"])
 def test_swaps_are_undone(arm):
     import manifold_muon.optim.inner_solvers as iso
 

@@ -44,6 +44,21 @@ e_W is within 0.02 of the library tracker's (both as multiples of Muon's) on eve
 width-128 weights and at ``c_attn``, (b) it brings a width-128 weight whose table ratio misses its target under it
 on all three draws, and (c) on the fixed momentum it ends within 10x of the library tracker's gap.
 
+``dk``: a third way to one eigendecomposition a step, which keeps the tracker's order (Newton step first, then the
+direction at the new multiplier Lambda1) where ``lagged`` gave it up. The arm (``first_order``,
+``first_order_newton_track`` swapped in for ``inner_solvers.newton_track`` inside this benchmark only, not a setting of
+the library) builds the direction and the bound at Lambda1 from the carried multiplier's eigendecomposition instead of
+a second one: the bound is sum_i ||Z1 v_i|| over that eigenbasis (an upper bound on ||Z1||_* for any orthonormal basis,
+Schur-Horn; so the gap is still a certificate), the direction Z1 N1^{-1/2} with N1^{-1/2} to first order in that basis
+(Daleckii-Krein), made feasible as every candidate is. It runs beside the other arms in ``one_eigh``, at
+``float32_weights`` and in ``fixed_floor``. Criterion, set after a scratch run of the same prototype on the 18 draws at
+width 128 (2026-12-06) and before the runs at ``c_attn`` and on one momentum: it would be worth building into the
+library if (a) its settled e_W (as a multiple of Muon's) is within 0.05 of the library tracker's on every DGram draw at
+the three rectangular width-128 shapes and at ``float32_weights``, (b) its step is cheaper than the library
+tracker's on every one of those DGram draws (the paired ratios of the same run), and (c) on one momentum on DGram it
+ends within 10x of the library tracker's gap. DGram only: it is where the Newton tracker is the default (on
+Stiefel the default is the cold step); the Stiefel draws are reported, not judged.
+
 A benchmark: it measures and reports, it asserts nothing about speed or accuracy. ``budget`` runs on the CPU even
 where there is a GPU: a GPU call returns before its kernel ends, so timing calls from the host says nothing there
 (on a GPU the question is ``compiled_step``'s, in ``runs/gpu_check.sh``).
@@ -76,8 +91,9 @@ BUDGET_WEIGHTS = (((128, 128), "stiefel"), ((128, 128), "dgram"), ((128, 512), "
 ONE_EIGH_SHAPES = ((128, 512), (512, 128), (384, 128))
 ONE_EIGH_MANIFOLDS = ("dgram", "stiefel")
 ARMS = {"newton": dict(), "newton_cg2": dict(inner_steps=2), "newton_cg4": dict(inner_steps=4),
-        "lagged": dict(), "eig32": dict()}
+        "lagged": dict(), "eig32": dict(), "dk": dict()}
 EIG32_GPT2 = ((768, 2304), "dgram")  # float32's one GPT-2 small weight (c_attn, draw 0): a reference there takes minutes
+WIDE_ARMS = ("newton", "eig32", "dk")  # the arms at ``float32_weights`` and on one momentum (``fixed_floor``)
 FIXED_STEPS = 30
 BINS = ("eigendecompositions", "n x n products", "m x n products", "everything else")
 
@@ -106,6 +122,45 @@ def lagged_newton_track(pic, Lambda, t, cg_steps: int, rtol, dtype=torch.float32
     return A, value, f0, AtA, Lambda, t
 
 
+def first_order_newton_track(pic, Lambda, t, cg_steps: int, rtol, dtype=torch.float32, eig_dtype=torch.float64,
+                             precondition: bool = True, eigenbasis: bool = False):
+    """The first-order prototype (module docstring, ``dk``), with ``inner_solvers.newton_track``'s signature and
+    returns: the library's Newton step from the carried multiplier, then the candidate and the bound at the new
+    multiplier Lambda1 from the carried multiplier's eigendecomposition N = V diag(s^2) V^T instead of a second one.
+
+    With N1 = Z1^T Z1 at Lambda1 and M = V^T N1 V (two n x n products):
+    - bound: sum_i sqrt(M_ii) >= tr N1^{1/2} = ||Z1||_* = f(Lambda1), for any orthonormal V (Schur-Horn: M's
+      diagonal is majorized by N1's eigenvalues, and a sum of a concave function is larger on the majorized vector),
+      so the relative gap it gives is still a certificate;
+    - candidate: N1^{-1/2} to first order about diag(M) in V's basis, V [diag(M_ii^{-1/2}) - offdiag(M) o L] V^T
+      with L_ij = 1 / (s_i s_j (s_i + s_j)) (the Daleckii-Krein matrix of ``inner_solvers._hvp``), then Z1 times it
+      made feasible as every candidate is (``feasible``: tangent part, op-norm in float32 with its margin), so its
+      value is a lower bound on the optimum whatever the first-order error.
+    The damping compares that bound with f(Lambda), as the library's tracker compares the certificate's. One
+    eigendecomposition and one float32 eigvalsh a step where the library's tracker takes two and one."""
+    a = pic.K0 + 2 * Lambda
+    N = _sym(a.mT @ pic.dmul(a) + pic.R)
+    V, s = eig_sqrt(N.to(eig_dtype))
+    V, s = V.to(N.dtype), s.to(N.dtype)
+    f0 = s.sum(-1)
+    x = newton_direction(pic, a, V, s, rtol, cg_steps, dtype, precondition, eigenbasis)  # the library's tracker's
+    x = torch.nan_to_num(x, nan=0.0, posinf=0.0, neginf=0.0)
+    Lambda1 = Lambda + t[..., None, None] * x.to(Lambda.dtype)
+    a1 = pic.K0 + 2 * Lambda1
+    M = _sym(V.mT @ (a1.mT @ pic.dmul(a1) + pic.R) @ V)
+    d = M.diagonal(dim1=-2, dim2=-1).clamp_min(0)
+    bound = d.sqrt().sum(-1)
+    sc = torch.maximum(s, 1e-7 * s[..., -1:].clamp_min(torch.finfo(s.dtype).tiny))
+    inner = -M / (sc.unsqueeze(-1) * sc.unsqueeze(-2) * (sc.unsqueeze(-1) + sc.unsqueeze(-2)))
+    inner.diagonal(dim1=-2, dim2=-1).copy_(inv_sqrt(d.sqrt(), rtol))
+    Y = V @ inner @ V.mT
+    A, value, AtA = feasible(pic, Span(a1 @ Y, Y), 0, fast=True, with_gram=True)
+    fell = bound < f0
+    Lambda = torch.where(fell[..., None, None], Lambda1, Lambda)
+    t = torch.where(fell, (2 * t).clamp_max(1), 0.5 * t)
+    return A, value, bound, AtA, Lambda, t
+
+
 @contextlib.contextmanager
 def _tracker(replacement):
     """``inner_solvers.newton_track`` replaced by ``replacement`` inside the block, restored on any exit."""
@@ -125,12 +180,18 @@ def float32_direction():
 
 def swapped(arm: str):
     """The context an arm of ``ARMS`` runs in: the prototype's or float32's swap, else none."""
-    return {"lagged": lagged, "eig32": float32_direction}.get(arm, contextlib.nullcontext)()
+    return {"lagged": lagged, "eig32": float32_direction, "dk": first_order}.get(arm, contextlib.nullcontext)()
 
 
 def lagged():
     """``inner_solvers.newton_track`` replaced by ``lagged_newton_track`` inside the block (this benchmark only)."""
     return _tracker(lagged_newton_track)
+
+
+def first_order():
+    """``inner_solvers.newton_track`` replaced by ``first_order_newton_track`` inside the block (this benchmark
+    only)."""
+    return _tracker(first_order_newton_track)
 
 
 class _CallTimer(TorchFunctionMode):
@@ -252,9 +313,9 @@ def main(out_dir: Path, quick: bool = False, weights=None, shapes=None, seeds=No
     for ``one_eigh`` and ``fixed_floor`` (default ``ONE_EIGH_SHAPES`` on both of ``ONE_EIGH_MANIFOLDS``, draws 0-2;
     ``shapes=()`` skips them); ``repeats``: times ``budget`` runs on every weight, each a row with its ``repeat``
     (default 3, 1 in quick mode: on 2026-12-06 two single runs put one weight's calls-against-calls ratio on either
-    side of its target); ``float32_weights``: the weights where the library's tracker and float32 are also
-    compared on draw 0 (default ``(EIG32_GPT2,)``, none in quick mode). Refused before any work unless every weight
-    names a Gram manifold and every side is >= 2 (and the ``one_eigh`` and ``float32_weights`` shapes are
+    side of its target); ``float32_weights``: the weights where ``WIDE_ARMS`` (the library's tracker, float32
+    and ``dk``) are also compared on draw 0 (default ``(EIG32_GPT2,)``, none in quick mode). Refused before any work
+    unless every weight names a Gram manifold and every side is >= 2 (and the ``one_eigh`` and ``float32_weights`` shapes are
     rectangular: the Newton tracker's)."""
     from .solver_table import MANIFOLDS
 
@@ -301,14 +362,14 @@ def main(out_dir: Path, quick: bool = False, weights=None, shapes=None, seeds=No
                         f"{a} {r[f'{a}_vs_muon']:.2f}, {r[f'{a}_ratio']:.2f}" for a in ARMS), flush=True)
         wide = []
         for s, m in float32_weights:
-            r = one_eigh(s, m, 0, arms=("newton", "eig32"), timing=timing)
+            r = one_eigh(s, m, 0, arms=WIDE_ARMS, timing=timing)
             wide.append(r)
             print(f"{str(s):12s} {m:8s} draw 0: e_W / Muon's, step / Muon's " + ", ".join(
-                f"{a} {r[f'{a}_vs_muon']:.2f}, {r[f'{a}_ratio']:.2f}" for a in ("newton", "eig32")), flush=True)
+                f"{a} {r[f'{a}_vs_muon']:.2f}, {r[f'{a}_ratio']:.2f}" for a in WIDE_ARMS), flush=True)
         floors, fixed_steps = [], 4 if quick else FIXED_STEPS
         for s in shapes:
             for m in ONE_EIGH_MANIFOLDS:
-                for arm in ("newton", "eig32"):
+                for arm in WIDE_ARMS:
                     floors.append(fixed_floor(s, m, arm, fixed_steps))
                     f = floors[-1]
                     print(f"{str(s):12s} {m:8s} {arm:6s} on one momentum: gap {f['gap']:.1e} after {f['steps']} "
@@ -323,7 +384,13 @@ def main(out_dir: Path, quick: bool = False, weights=None, shapes=None, seeds=No
                                   "of the library tracker's on every draw at the three rectangular width-128 shapes "
                                   "and at float32_weights, it brings a width-128 weight whose table ratio misses "
                                   "under its target on all three draws, and on one momentum it ends within 10x of "
-                                  "the library tracker's gap (set after scratch runs of the same swap, 2026-12-06)")
+                                  "the library tracker's gap (set after scratch runs of the same swap, 2026-12-06)",
+                  criterion_dk="dk worth building into the library if its settled e_W is within 0.05 (as a multiple "
+                               "of Muon's) of the library tracker's on every DGram draw at the three rectangular "
+                               "width-128 shapes and at float32_weights, its step is cheaper than the library "
+                               "tracker's on every one of those draws, and on one momentum on DGram it ends within 10x "
+                               "of the library tracker's gap (set after a scratch run on the width-128 draws, "
+                               "2026-12-06, before the runs at float32_weights and on one momentum)")
     return write_result(out_dir, name, dict(rows=rows, one_eigh=studies, float32_weights=wide, fixed_floor=floors),
                         params, time.perf_counter() - t0)
 
