@@ -55,7 +55,8 @@ def test_step_budget_rows_add_up(tmp_path):
     (wide,) = out["float32_weights"]
     assert wide["shape"] == [8, 20] and wide["eig32_ratio"] > 0 and wide["dk_ratio"] > 0 and "lagged_e_W" not in wide
     floors = out["fixed_floor"]
-    assert [(f["manifold"], f["arm"]) for f in floors] == [(m, a) for m in ("dgram", "stiefel") for a in ("newton", "eig32", "dk")]
+    assert [(f["manifold"], f["arm"]) for f in floors] == [(m, a) for m in ("dgram", "stiefel")
+                                                            for a in ("newton", "eig32", "dk")]
     assert all(0 <= f["gap_min"] <= f["gap"] <= 1 and 0 < f["damping"] <= 1 for f in floors)
 
 

@@ -315,8 +315,8 @@ def main(out_dir: Path, quick: bool = False, weights=None, shapes=None, seeds=No
     (default 3, 1 in quick mode: on 2026-12-06 two single runs put one weight's calls-against-calls ratio on either
     side of its target); ``float32_weights``: the weights where ``WIDE_ARMS`` (the library's tracker, float32
     and ``dk``) are also compared on draw 0 (default ``(EIG32_GPT2,)``, none in quick mode). Refused before any work
-    unless every weight names a Gram manifold and every side is >= 2 (and the ``one_eigh`` and ``float32_weights`` shapes are
-    rectangular: the Newton tracker's)."""
+    unless every weight names a Gram manifold and every side is >= 2 (and the ``one_eigh`` and ``float32_weights``
+    shapes are rectangular: the Newton tracker's)."""
     from .solver_table import MANIFOLDS
 
     weights = [(tuple(s), m) for s, m in (weights or ((((24, 8), "dgram"),) if quick else BUDGET_WEIGHTS))]
