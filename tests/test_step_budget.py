@@ -28,6 +28,8 @@ def test_step_budget_refuses_bad_input_first(tmp_path):
         step_budget.main(tmp_path, weights=[((24, 8), "dgram")], shapes=(), float32_weights=[((16, 16), "dgram")])
     with pytest.raises(ValueError, match="repeats"):
         step_budget.main(tmp_path, weights=[((24, 8), "dgram")], shapes=(), repeats=0)
+    with pytest.raises(ValueError, match="square_sizes"):
+        step_budget.main(tmp_path, weights=[((24, 8), "dgram")], shapes=(), square_sizes=[1])
     with pytest.raises(ValueError, match="float32_weights"):
         step_budget.main(tmp_path, weights=[((24, 8), "dgram")], shapes=(), float32_weights=[((24, 8), "sphere")])
     assert not list(tmp_path.iterdir())
@@ -51,13 +53,28 @@ def test_step_budget_rows_add_up(tmp_path):
         assert (r["lagged_eigh"], r["lagged_eigvalsh"]) == (1, 2) and (r["newton_eigh"], r["newton_eigvalsh"]) == (2, 1)
         assert (r["eig32_eigh"], r["eig32_eigvalsh"]) == (2, 1)  # the same calls, one of them in float32
         assert (r["dk_eigh"], r["dk_eigvalsh"]) == (1, 1)  # the certificate's eigendecomposition is gone
+        assert (r["ritz_eigh"], r["ritz_eigvalsh"]) == (1, 1)
         assert all(math.isfinite(r[f"{a}_vs_muon"]) and r[f"{a}_ratio"] > 0 for a in step_budget.ARMS)
     (wide,) = out["float32_weights"]
     assert wide["shape"] == [8, 20] and wide["eig32_ratio"] > 0 and wide["dk_ratio"] > 0 and "lagged_e_W" not in wide
     floors = out["fixed_floor"]
     assert [(f["manifold"], f["arm"]) for f in floors] == [(m, a) for m in ("dgram", "stiefel")
-                                                            for a in ("newton", "eig32", "dk")]
+                                                            for a in ("newton", "eig32", "dk", "ritz")]
     assert all(0 <= f["gap_min"] <= f["gap"] <= 1 and 0 < f["damping"] <= 1 for f in floors)
+    (sq,) = out["square32"]
+    assert (sq["n"], sq["seed"]) == (12, 0) and sq["float32_eigh_ms"] > 0 and sq["float64_eigh_ms"] > 0
+
+
+@pytest.mark.parametrize("n", [16, 17, 40])
+def test_square32_certificate_is_honest(n):
+    """Square Stiefel's float32 swap is certified honestly: in both precisions the certified gap is at least the exact
+    relative sub-optimality against ||S||_*, and float64's is at rounding level (the closed form is exact)."""
+    for seed in (0, 1):
+        r = step_budget.square32(n, seed, calls=1)
+        for name in ("float64", "float32"):
+            assert r[f"{name}_gap"] >= r[f"{name}_suboptimality"] - 1e-13, (name, r)
+            assert r[f"{name}_suboptimality"] >= -1e-13
+        assert abs(r["float64_gap"]) < 1e-12
 
 
 @pytest.mark.parametrize("shape", [(40, 12), (12, 40)])
@@ -86,17 +103,19 @@ def test_lagged_tracker_certificate_is_honest(shape):
             assert float((G.double() * A).sum()) >= (1 - float(sol.gap)) * opt - 1e-6 * abs(opt)
 
 
+@pytest.mark.parametrize("first_order", [True, False])
 @pytest.mark.parametrize("shape,manifold", [((40, 12), "dgram"), ((12, 40), "dgram"), ((40, 12), "stiefel")])
-def test_first_order_tracker_certificate_is_honest(shape, manifold):
+def test_first_order_tracker_certificate_is_honest(shape, manifold, first_order):
     """Along a stream the ``dk`` prototype's direction is feasible (tangent, op-norm <= 1) and its certified gap, from
     the Schur-Horn bound in the carried multiplier's eigenbasis, bounds its sub-optimality: <G, A> >= (1 - gap) OPT;
-    and it calls ``eigh`` once a step (the library's tracker: twice)."""
+    and it calls ``eigh`` once a step (the library's tracker: twice); with ``first_order=False`` (the Ritz candidate,
+    arm ``ritz``) too."""
     M = get_manifold(manifold)
     g = torch.Generator().manual_seed(5)
     W = M.random_point(shape, generator=g)
     G = torch.randn(shape, generator=g)
     warm, t = None, None
-    with step_budget.first_order():
+    with step_budget.first_order(first_order):
         for k in range(6):
             G = 0.9 * G + 0.45 * torch.randn(shape, generator=g)  # a moving stream, so the tracker keeps stepping
             with OpCounter(max(shape)) as counter:
@@ -117,6 +136,24 @@ def test_first_order_tracker_certificate_is_honest(shape, manifold):
             assert float((G.double() * A).sum()) >= (1 - float(sol.gap)) * opt - 1e-6 * abs(opt), k
 
 
+def test_first_order_term_acts():
+    """``dk`` and ``ritz`` differ only by the first-order term, and it acts: from the same carried state the two give
+    different directions after the same Newton step, and ``dk``'s certified gap (the same bound) is the smaller."""
+    M = get_manifold("dgram")
+    g = torch.Generator().manual_seed(7)
+    W, G = M.random_point((40, 12), generator=g), torch.randn(40, 12, generator=g)
+    warm = lean_solve(W, G, M.gram_projector, steps=1, diagonal=True, tracker="newton")
+    G = G + 0.3 * torch.randn(40, 12, generator=g)
+    out = {}
+    for flag in (True, False):
+        with step_budget.first_order(flag):
+            out[flag] = lean_solve(W, G, M.gram_projector, warm=(warm.Lambda, warm.U), steps=1, diagonal=True,
+                                   tracker="newton", damping=warm.damping)
+    assert float((out[True].matrix() - out[False].matrix()).norm()) > 1e-4
+    assert torch.equal(out[True].Lambda, out[False].Lambda)  # the same Newton step and damping decision
+    assert float(out[True].gap) < float(out[False].gap)
+
+
 @pytest.mark.parametrize("shape", [(30, 9), (9, 30), (16, 16)])
 def test_schur_horn_bound(shape):
     """The bound the ``dk`` prototype certifies with: for any orthonormal V, sum_i ||Z v_i|| >= ||Z||_*, with equality
@@ -132,7 +169,7 @@ def test_schur_horn_bound(shape):
     assert math.isclose(float(torch.linalg.vector_norm(Z @ Vs, dim=0).sum()), nuclear, rel_tol=1e-10)
 
 
-@pytest.mark.parametrize("arm", ["lagged", "eig32", "dk"])
+@pytest.mark.parametrize("arm", ["lagged", "eig32", "dk", "ritz"])
 def test_swaps_are_undone(arm):
     import manifold_muon.optim.inner_solvers as iso
 

@@ -57,7 +57,23 @@ library if (a) its settled e_W (as a multiple of Muon's) is within 0.05 of the l
 the three rectangular width-128 shapes and at ``float32_weights``, (b) its step is cheaper than the library
 tracker's on every one of those DGram draws (the paired ratios of the same run), and (c) on one momentum on DGram it
 ends within 10x of the library tracker's gap. DGram only: it is where the Newton tracker is the default (on
-Stiefel the default is the cold step); the Stiefel draws are reported, not judged.
+Stiefel the default is the cold step); the Stiefel draws are reported, not judged. The same bound with the Ritz
+candidate V diag(M_ii^{-1/2}) V^T (no first-order term) is the one-eigendecomposition variant ``bench.lean_newton``'s
+docstring measured before the tracker had its start and its preconditioner (it settled further than the tracker of
+that day); the arm ``ritz`` runs it again beside ``dk``, to show what the first-order term buys. It is reported, not
+judged (added after the criterion above, on reading that docstring).
+
+``square32``: the same "cheaper call" for square Stiefel's closed form (one eigendecomposition of S^T S, S = 2 skew(W^T
+G), ``manifold_muon.optim.manifold_muon.square_stiefel_step``), the table's other width-128 miss. On the table's
+momentum (``solver_table``'s stream, draws ``seeds``) at n = 128 and 768, B = V Q V^T is read off the
+eigendecomposition in float64 and in float32 (of the same float64 S^T S, rounded), and certified the same way for
+both: the bound sum_i ||S v_i|| (Schur-Horn, as ``dk``'s; tight for float64's V to rounding), the value <S, B> divided by
+||V||_op^2 (B's op-norm is at most that; float32's V is orthogonal only to its rounding). Also each eigendecomposition's
+median time (30 calls). (Chapter 04's section on the closed form's cost found float32's vectors mixed across pairs,
+which fails the pairing check; the Schur-Horn bound certifies them anyway, so float32 is judged by a number here.)
+Criterion, set after a scratch run of the same swap at both sizes (2026-12-06), so not blind:
+float32 would serve the closed form only if its certified gap is at most 1e-6 (issue 19's exactness target for square
+Stiefel) on every draw at both sizes.
 
 A benchmark: it measures and reports, it asserts nothing about speed or accuracy. ``budget`` runs on the CPU even
 where there is a GPU: a GPU call returns before its kernel ends, so timing calls from the host says nothing there
@@ -91,9 +107,9 @@ BUDGET_WEIGHTS = (((128, 128), "stiefel"), ((128, 128), "dgram"), ((128, 512), "
 ONE_EIGH_SHAPES = ((128, 512), (512, 128), (384, 128))
 ONE_EIGH_MANIFOLDS = ("dgram", "stiefel")
 ARMS = {"newton": dict(), "newton_cg2": dict(inner_steps=2), "newton_cg4": dict(inner_steps=4),
-        "lagged": dict(), "eig32": dict(), "dk": dict()}
+        "lagged": dict(), "eig32": dict(), "dk": dict(), "ritz": dict()}
 EIG32_GPT2 = ((768, 2304), "dgram")  # float32's one GPT-2 small weight (c_attn, draw 0): a reference there takes minutes
-WIDE_ARMS = ("newton", "eig32", "dk")  # the arms at ``float32_weights`` and on one momentum (``fixed_floor``)
+WIDE_ARMS = ("newton", "eig32", "dk", "ritz")  # the arms at ``float32_weights`` and on one momentum (``fixed_floor``)
 FIXED_STEPS = 30
 BINS = ("eigendecompositions", "n x n products", "m x n products", "everything else")
 
@@ -123,7 +139,7 @@ def lagged_newton_track(pic, Lambda, t, cg_steps: int, rtol, dtype=torch.float32
 
 
 def first_order_newton_track(pic, Lambda, t, cg_steps: int, rtol, dtype=torch.float32, eig_dtype=torch.float64,
-                             precondition: bool = True, eigenbasis: bool = False):
+                             precondition: bool = True, eigenbasis: bool = False, first_order: bool = True):
     """The first-order prototype (module docstring, ``dk``), with ``inner_solvers.newton_track``'s signature and
     returns: the library's Newton step from the carried multiplier, then the candidate and the bound at the new
     multiplier Lambda1 from the carried multiplier's eigendecomposition N = V diag(s^2) V^T instead of a second one.
@@ -137,7 +153,10 @@ def first_order_newton_track(pic, Lambda, t, cg_steps: int, rtol, dtype=torch.fl
       made feasible as every candidate is (``feasible``: tangent part, op-norm in float32 with its margin), so its
       value is a lower bound on the optimum whatever the first-order error.
     The damping compares that bound with f(Lambda), as the library's tracker compares the certificate's. One
-    eigendecomposition and one float32 eigvalsh a step where the library's tracker takes two and one."""
+    eigendecomposition and one float32 eigvalsh a step where the library's tracker takes two and one.
+    ``first_order=False`` drops the off-diagonal term: the Ritz candidate V diag(M_ii^{-1/2}) V^T with the same bound
+    (the arm ``ritz``, the variant ``bench.lean_newton``'s docstring measured before the tracker had its start and its
+    preconditioner)."""
     a = pic.K0 + 2 * Lambda
     N = _sym(a.mT @ pic.dmul(a) + pic.R)
     V, s = eig_sqrt(N.to(eig_dtype))
@@ -152,6 +171,8 @@ def first_order_newton_track(pic, Lambda, t, cg_steps: int, rtol, dtype=torch.fl
     bound = d.sqrt().sum(-1)
     sc = torch.maximum(s, 1e-7 * s[..., -1:].clamp_min(torch.finfo(s.dtype).tiny))
     inner = -M / (sc.unsqueeze(-1) * sc.unsqueeze(-2) * (sc.unsqueeze(-1) + sc.unsqueeze(-2)))
+    if not first_order:
+        inner = torch.zeros_like(inner)
     inner.diagonal(dim1=-2, dim2=-1).copy_(inv_sqrt(d.sqrt(), rtol))
     Y = V @ inner @ V.mT
     A, value, AtA = feasible(pic, Span(a1 @ Y, Y), 0, fast=True, with_gram=True)
@@ -159,6 +180,49 @@ def first_order_newton_track(pic, Lambda, t, cg_steps: int, rtol, dtype=torch.fl
     Lambda = torch.where(fell[..., None, None], Lambda1, Lambda)
     t = torch.where(fell, (2 * t).clamp_max(1), 0.5 * t)
     return A, value, bound, AtA, Lambda, t
+
+
+SQUARE32_SIZES = (128, 768)
+
+
+def _paired_msign(S, V):
+    """(value, bound) of B = V Q V^T for a skew S (float64) from V, the eigenvectors of S^T S in ascending order, paired
+    from the top (``manifold_muon.optim.manifold_muon.skew_pairs``' reading): value = <S, B> / ||V||_op^2 (a lower
+    bound on the objective of the feasible B / ||B||_op), bound = sum_i ||S v_i|| (>= ||S||_* for orthonormal V)."""
+    o = S.size(-1) % 2
+    SV = S @ V
+    w = (SV[..., o::2] * V[..., o + 1::2]).sum(-2)
+    op = torch.linalg.eigvalsh(V.mT @ V)[..., -1].clamp_min(1)  # ||V||_op^2 >= ||B||_op
+    bound = torch.linalg.vector_norm(SV, dim=-2).sum(-1)
+    return 2 * w.abs().sum(-1) / op, bound
+
+
+def square32(n: int, seed: int, calls: int = 30) -> dict:
+    """Square Stiefel's closed form with the eigendecomposition of S^T S in float64 (the library's) and in float32, on
+    the table's momentum of draw ``seed`` at n x n: each one's certified gap (``_paired_msign``), the exact relative
+    sub-optimality against ||S||_* (singular values), and the median time of each eigendecomposition."""
+    from .solver_table import REPEATS, WARMUP, start_point, stream
+
+    W = start_point((n, n), "stiefel", seed).float().cpu()
+    G = stream((n, n), WARMUP + REPEATS + 1, seed)[-1].float().cpu()
+    K = W.mT @ G
+    S = (K - K.mT).double()  # as the library forms it: products in the weights' precision
+    N = S.mT @ S
+    nuclear = float(torch.linalg.svdvals(S).sum())
+    row = dict(n=n, seed=seed, calls=calls)
+    for name, dt in (("float64", torch.float64), ("float32", torch.float32)):
+        Nd = N.to(dt)
+        _, V = torch.linalg.eigh(Nd)
+        value, bound = _paired_msign(S, V.double())
+        row[f"{name}_gap"] = float((bound - value) / bound)
+        row[f"{name}_suboptimality"] = (nuclear - float(value)) / nuclear
+        times = []
+        for _ in range(calls):
+            t = time.perf_counter()
+            torch.linalg.eigh(Nd)
+            times.append(time.perf_counter() - t)
+        row[f"{name}_eigh_ms"] = 1e3 * statistics.median(times)
+    return row
 
 
 @contextlib.contextmanager
@@ -180,7 +244,8 @@ def float32_direction():
 
 def swapped(arm: str):
     """The context an arm of ``ARMS`` runs in: the prototype's or float32's swap, else none."""
-    return {"lagged": lagged, "eig32": float32_direction, "dk": first_order}.get(arm, contextlib.nullcontext)()
+    return {"lagged": lagged, "eig32": float32_direction, "dk": first_order,
+            "ritz": lambda: first_order(False)}.get(arm, contextlib.nullcontext)()
 
 
 def lagged():
@@ -188,10 +253,10 @@ def lagged():
     return _tracker(lagged_newton_track)
 
 
-def first_order():
+def first_order(first_order: bool = True):
     """``inner_solvers.newton_track`` replaced by ``first_order_newton_track`` inside the block (this benchmark
-    only)."""
-    return _tracker(first_order_newton_track)
+    only; ``first_order=False``: its Ritz candidate)."""
+    return _tracker(functools.partial(first_order_newton_track, first_order=first_order))
 
 
 class _CallTimer(TorchFunctionMode):
@@ -307,14 +372,15 @@ def fixed_floor(shape, manifold: str, arm: str, steps: int = FIXED_STEPS, seed: 
 
 
 def main(out_dir: Path, quick: bool = False, weights=None, shapes=None, seeds=None, rounds: int | None = None,
-         timed: int | None = None, float32_weights=None, repeats: int | None = None,
+         timed: int | None = None, float32_weights=None, repeats: int | None = None, square_sizes=None,
          name: str = "step_budget") -> dict:
     """``weights``: ((m, n), manifold) pairs for ``budget`` (default ``BUDGET_WEIGHTS``); ``shapes`` and ``seeds``
     for ``one_eigh`` and ``fixed_floor`` (default ``ONE_EIGH_SHAPES`` on both of ``ONE_EIGH_MANIFOLDS``, draws 0-2;
     ``shapes=()`` skips them); ``repeats``: times ``budget`` runs on every weight, each a row with its ``repeat``
     (default 3, 1 in quick mode: on 2026-12-06 two single runs put one weight's calls-against-calls ratio on either
     side of its target); ``float32_weights``: the weights where ``WIDE_ARMS`` (the library's tracker, float32
-    and ``dk``) are also compared on draw 0 (default ``(EIG32_GPT2,)``, none in quick mode). Refused before any work
+    and ``dk``) are also compared on draw 0 (default ``(EIG32_GPT2,)``, none in quick mode); ``square_sizes``: the
+    sizes n of ``square32`` on draws ``seeds`` (default ``SQUARE32_SIZES``, (12,) in quick mode). Refused before any work
     unless every weight names a Gram manifold and every side is >= 2 (and the ``one_eigh`` and ``float32_weights``
     shapes are rectangular: the Newton tracker's)."""
     from .solver_table import MANIFOLDS
@@ -337,6 +403,9 @@ def main(out_dir: Path, quick: bool = False, weights=None, shapes=None, seeds=No
     if bad:
         raise ValueError(f"step_budget: the one-eigendecomposition study's shapes are rectangular (m != n, both "
                          f">= 2; the Newton tracker runs on rectangular weights), got {bad}")
+    square_sizes = list(square_sizes if square_sizes is not None else ((12,) if quick else SQUARE32_SIZES))
+    if not all(isinstance(n, int) and n >= 2 for n in square_sizes):
+        raise ValueError(f"step_budget: square_sizes are ints n >= 2 (square Stiefel n x n), got {square_sizes!r}")
     rounds, timed = rounds or (3 if quick else 30), timed or (2 if quick else 10)
     repeats = repeats if repeats is not None else (1 if quick else 3)
     if not (isinstance(repeats, int) and repeats >= 1):
@@ -374,6 +443,14 @@ def main(out_dir: Path, quick: bool = False, weights=None, shapes=None, seeds=No
                     f = floors[-1]
                     print(f"{str(s):12s} {m:8s} {arm:6s} on one momentum: gap {f['gap']:.1e} after {f['steps']} "
                           f"steps, damping {f['damping']:.1e}", flush=True)
+        squares = []
+        for n in square_sizes:
+            for seed in seeds:
+                squares.append(square32(n, seed))
+                q = squares[-1]
+                print(f"square Stiefel {n}x{n} draw {seed}: certified gap float64 {q['float64_gap']:.1e}, float32 "
+                      f"{q['float32_gap']:.1e}; eigh {q['float64_eigh_ms']:.2f} ms against {q['float32_eigh_ms']:.2f} "
+                      "ms", flush=True)
     params = dict(weights=[[list(s), m] for s, m in weights], shapes=[list(s) for s in shapes], seeds=seeds,
                   rounds=rounds, timed=timed, repeats=repeats, quick=quick,
                   arms={a: repr(kw) for a, kw in ARMS.items()},
@@ -390,9 +467,13 @@ def main(out_dir: Path, quick: bool = False, weights=None, shapes=None, seeds=No
                                "width-128 shapes and at float32_weights, its step is cheaper than the library "
                                "tracker's on every one of those draws, and on one momentum on DGram it ends within 10x "
                                "of the library tracker's gap (set after a scratch run on the width-128 draws, "
-                               "2026-12-06, before the runs at float32_weights and on one momentum)")
-    return write_result(out_dir, name, dict(rows=rows, one_eigh=studies, float32_weights=wide, fixed_floor=floors),
-                        params, time.perf_counter() - t0)
+                               "2026-12-06, before the runs at float32_weights and on one momentum)",
+                  square_sizes=list(square_sizes),
+                  criterion_square32="float32 serves square Stiefel's closed form only if its certified gap is at "
+                                     "most 1e-6 on every draw at every size (set after a scratch run at 128 and 768, "
+                                     "2026-12-06)")
+    return write_result(out_dir, name, dict(rows=rows, one_eigh=studies, float32_weights=wide, fixed_floor=floors,
+                                            square32=squares), params, time.perf_counter() - t0)
 
 
 if __name__ == "__main__":
