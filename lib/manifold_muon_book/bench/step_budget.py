@@ -120,22 +120,33 @@ def lagged_newton_track(pic, Lambda, t, cg_steps: int, rtol, dtype=torch.float32
     returns: (A, value, bound, A^T A, Lambda', t'), A certified at the carried ``Lambda`` (bound = its dual value,
     so the gap is still a certificate), Lambda' = Lambda + t x where the dual value at it (float64 ``eigvalsh``)
     fell below the carried one's, else Lambda (t doubling to 1, or halving, as in the library's tracker)."""
+    a, V, s, Lambda1, N1 = _newton_step(pic, Lambda, t, cg_steps, rtol, dtype, eig_dtype, precondition, eigenbasis)
+    f0 = s.sum(-1)
+    Y = factor(V, s, lambda s: inv_sqrt(s, rtol))
+    A, value, AtA = feasible(pic, Span(a @ Y, Y), 0, fast=True, with_gram=True)
+    f1 = torch.linalg.eigvalsh(_sym(N1).to(torch.float64)).clamp_min(0).sqrt().sum(-1)
+    return (A, value, f0, AtA, *_damped(f1.to(f0.dtype) < f0, Lambda1, Lambda, t))
+
+
+def _newton_step(pic, Lambda, t, cg_steps, rtol, dtype, eig_dtype, precondition, eigenbasis):
+    """What the prototypes share with the library's tracker: the eigendecomposition N = V diag(s^2) V^T at the carried
+    multiplier (in ``eig_dtype``), the library's Newton direction from it, damped by ``t``. Returns (a, V, s, Lambda1,
+    N1), a = K0 + 2 Lambda and N1 = Z1^T Z1 at Lambda1 (not symmetrised)."""
     a = pic.K0 + 2 * Lambda
     N = _sym(a.mT @ pic.dmul(a) + pic.R)
     V, s = eig_sqrt(N.to(eig_dtype))
     V, s = V.to(N.dtype), s.to(N.dtype)
-    f0 = s.sum(-1)
-    Y = factor(V, s, lambda s: inv_sqrt(s, rtol))
-    A, value, AtA = feasible(pic, Span(a @ Y, Y), 0, fast=True, with_gram=True)
     x = newton_direction(pic, a, V, s, rtol, cg_steps, dtype, precondition, eigenbasis)  # the library's tracker's
     x = torch.nan_to_num(x, nan=0.0, posinf=0.0, neginf=0.0)
     Lambda1 = Lambda + t[..., None, None] * x.to(Lambda.dtype)
     a1 = pic.K0 + 2 * Lambda1
-    f1 = torch.linalg.eigvalsh(_sym(a1.mT @ pic.dmul(a1) + pic.R).to(torch.float64)).clamp_min(0).sqrt().sum(-1)
-    fell = f1.to(f0.dtype) < f0
-    Lambda = torch.where(fell[..., None, None], Lambda1, Lambda)
-    t = torch.where(fell, (2 * t).clamp_max(1), 0.5 * t)
-    return A, value, f0, AtA, Lambda, t
+    return a, V, s, Lambda1, a1.mT @ pic.dmul(a1) + pic.R
+
+
+def _damped(fell, Lambda1, Lambda, t):
+    """The library tracker's damping rule: where the dual fell, carry Lambda1 and double t (to at most 1); elsewhere
+    keep Lambda and halve t."""
+    return torch.where(fell[..., None, None], Lambda1, Lambda), torch.where(fell, (2 * t).clamp_max(1), 0.5 * t)
 
 
 def first_order_newton_track(pic, Lambda, t, cg_steps: int, rtol, dtype=torch.float32, eig_dtype=torch.float64,
@@ -157,29 +168,20 @@ def first_order_newton_track(pic, Lambda, t, cg_steps: int, rtol, dtype=torch.fl
     ``first_order=False`` drops the off-diagonal term: the Ritz candidate V diag(M_ii^{-1/2}) V^T with the same bound
     (the arm ``ritz``, the variant ``bench.lean_newton``'s docstring measured before the tracker had its start and its
     preconditioner)."""
-    a = pic.K0 + 2 * Lambda
-    N = _sym(a.mT @ pic.dmul(a) + pic.R)
-    V, s = eig_sqrt(N.to(eig_dtype))
-    V, s = V.to(N.dtype), s.to(N.dtype)
-    f0 = s.sum(-1)
-    x = newton_direction(pic, a, V, s, rtol, cg_steps, dtype, precondition, eigenbasis)  # the library's tracker's
-    x = torch.nan_to_num(x, nan=0.0, posinf=0.0, neginf=0.0)
-    Lambda1 = Lambda + t[..., None, None] * x.to(Lambda.dtype)
-    a1 = pic.K0 + 2 * Lambda1
-    M = _sym(V.mT @ (a1.mT @ pic.dmul(a1) + pic.R) @ V)
+    _, V, s, Lambda1, N1 = _newton_step(pic, Lambda, t, cg_steps, rtol, dtype, eig_dtype, precondition, eigenbasis)
+    M = _sym(V.mT @ N1 @ V)
     d = M.diagonal(dim1=-2, dim2=-1).clamp_min(0)
     bound = d.sqrt().sum(-1)
-    sc = torch.maximum(s, 1e-7 * s[..., -1:].clamp_min(torch.finfo(s.dtype).tiny))
-    inner = -M / (sc.unsqueeze(-1) * sc.unsqueeze(-2) * (sc.unsqueeze(-1) + sc.unsqueeze(-2)))
-    if not first_order:
-        inner = torch.zeros_like(inner)
+    if first_order:
+        sc = torch.maximum(s, 1e-7 * s[..., -1:].clamp_min(torch.finfo(s.dtype).tiny))
+        inner = -M / (sc.unsqueeze(-1) * sc.unsqueeze(-2) * (sc.unsqueeze(-1) + sc.unsqueeze(-2)))
+    else:
+        inner = torch.zeros_like(M)
     inner.diagonal(dim1=-2, dim2=-1).copy_(inv_sqrt(d.sqrt(), rtol))
     Y = V @ inner @ V.mT
+    a1 = pic.K0 + 2 * Lambda1
     A, value, AtA = feasible(pic, Span(a1 @ Y, Y), 0, fast=True, with_gram=True)
-    fell = bound < f0
-    Lambda = torch.where(fell[..., None, None], Lambda1, Lambda)
-    t = torch.where(fell, (2 * t).clamp_max(1), 0.5 * t)
-    return A, value, bound, AtA, Lambda, t
+    return (A, value, bound, AtA, *_damped(bound < s.sum(-1), Lambda1, Lambda, t))
 
 
 SQUARE32_SIZES = (128, 768)
