@@ -493,9 +493,11 @@ def test_certify_first_with_more_iterations_is_admm_grams_own_run(name):
 @pytest.mark.parametrize("name, eigenbasis", [(n, False) for n in NAMES] + [("stiefel", True)])
 @pytest.mark.parametrize("shape", SHAPES)
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
-def test_newton_tracker_stays_honest_and_damps_by_its_rule(name, eigenbasis, shape, dtype):
+@pytest.mark.parametrize("tracker", ["newton", "newton_dk"])
+def test_newton_tracker_stays_honest_and_damps_by_its_rule(name, eigenbasis, shape, dtype, tracker):
     """``lean_solve(tracker="newton")`` along a stream (the last momentum rank-deficient): two eigendecompositions a
-    step (the first step ``NEWTON_START`` more, its start's ADMM iterations) and no host read; the damping follows
+    step (``tracker="newton_dk"``: one; the first step ``NEWTON_START`` more, its start's ADMM iterations) and no
+    host read; the damping follows
     its rule (the multiplier moves and t doubles, to at most 1, where
     the certified bound fell below f at the carried multiplier; elsewhere it stays and t halves); the direction
     is feasible and its gap bounds its true relative sub-optimality (against a float64 certified optimum). On
@@ -511,9 +513,11 @@ def test_newton_tracker_stays_honest_and_damps_by_its_rule(name, eigenbasis, sha
     for G in stream:
         G = G.to(dtype)
         with OpCounter(max(shape)) as ops:
-            sol = lean_solve(W, G, P, warm=warm, steps=3, diagonal=diagonal, tracker="newton", damping=t,
+            sol = lean_solve(W, G, P, warm=warm, steps=3, diagonal=diagonal, tracker=tracker, damping=t,
                              eigenbasis=eigenbasis)
-        assert ops.counts["eigh"] == 2 + (NEWTON_START if warm is None else 0) and explicit_reads(ops) == 0
+        per_step = 2 if tracker == "newton" else 1
+        assert ops.counts["eigh"] == per_step + (NEWTON_START if warm is None else 0) and explicit_reads(ops) == 0
+        assert ops.counts["eigvalsh"] == 1  # the candidate's op-norm (float32), for both trackers
         if warm is not None:
             Wt, Gt, _ = _tall_unit(W.float(), G.float(), views=True)
             pic = gram_picture(Wt, Gt, P, torch.float64, products=torch.float32 if diagonal else torch.float64,
@@ -558,12 +562,14 @@ def test_newton_tracker_starts_where_the_admm_iterations_end(name, shape):
 
 @pytest.mark.parametrize("name, shape", [("stiefel", (24, 8)), ("dgram", (24, 8)), ("dgram", (9, 40)),
                                          ("gram_oblique", (8, 24))])
-def test_newton_tracker_converges_on_a_fixed_gradient(name, shape):
+@pytest.mark.parametrize("tracker", ["newton", "newton_dk"])
+def test_newton_tracker_converges_on_a_fixed_gradient(name, shape, tracker):
     """On one momentum repeated, the Newton tracker's certified gap falls from the tangent projection's multiplier
     (~0.1-0.3; carried in as if a step had left it, so without the start's ADMM iterations, ``NEWTON_START``) below
     1e-4 within 15 steps and its damping ends at a full step or near it: what makes it a tracker (it converges
     where the target stands still). A float32 eigendecomposition stalls at ~3e-4 here (the docstring's
-    measurement)."""
+    measurement). The same for ``tracker="newton_dk"``, whose bound and direction at the new multiplier come from
+    the eigendecomposition at the carried one: it still converges (the step shrinks, so the basis becomes exact)."""
     g = torch.Generator().manual_seed(5)
     M = get_manifold(name)
     W, G = M.random_point(shape, generator=g), spectrum_momentum(shape, g)
@@ -571,7 +577,7 @@ def test_newton_tracker_converges_on_a_fixed_gradient(name, shape):
     warm, t = (far.Lambda, far.U), torch.ones(())
     gaps = []
     for _ in range(15):
-        sol = lean_solve(W, G, M.gram_projector, warm=warm, steps=3, diagonal=M.diagonal_gram, tracker="newton",
+        sol = lean_solve(W, G, M.gram_projector, warm=warm, steps=3, diagonal=M.diagonal_gram, tracker=tracker,
                          damping=t)
         warm, t = (sol.Lambda, sol.U), sol.damping
         gaps.append(float(sol.gap))
@@ -636,11 +642,63 @@ def test_eigen_cg_is_the_preconditioned_newton_direction(shape, cg_steps):
     assert float((x - y).norm() / y.norm()) < 1e-6
 
 
+@pytest.mark.parametrize("name, shape", [("dgram", (24, 8)), ("dgram", (8, 24)), ("stiefel", (20, 9)),
+                                         ("stiefel", (9, 20)), ("gram_oblique", (30, 7))])
+def test_first_order_certificate_bounds_and_is_first_order(name, shape):
+    """``first_order_certificate`` (``tracker="newton_dk"``) at a multiplier Lambda1 = Lambda + h X from the
+    eigendecomposition at Lambda: its bound is at least ||Z1||_* (float64 singular values) however far Lambda1 is,
+    and equal to it where the basis is Lambda1's own; its factor Y (the candidate is Z1 Y) approximates N1^{-1/2} to
+    second order in h (halving h divides the error by more than 3), where the Ritz factor (no first-order term) is
+    first order (by less than 2.5): what the Daleckii-Krein term buys. Rectangular weights, where the tracker runs
+    (square Stiefel takes the closed form; on square DGram, the ADMM tracker by default, N is near singular at the
+    optimum and a step of 0.02 is not small)."""
+    from manifold_muon.optim.inner_solvers import (_sym, _tall_unit, eig_sqrt, first_order_certificate, gram_picture,
+                                                   multiplier)
+    import manifold_muon.optim.inner_solvers as inner_solvers
+
+    g = torch.Generator().manual_seed(sum(shape))
+    M = get_manifold(name)
+    W, G = M.random_point(shape, generator=g, dtype=torch.float64), spectrum_momentum(shape, g).double()
+    Wt, Gt, _ = _tall_unit(W, G, True, views=True)
+    pic = gram_picture(Wt, Gt, M.gram_projector, torch.float64, diagonal=M.diagonal_gram)
+    noise = lambda: M.gram_projector(_sym(torch.randn(pic.D.shape, generator=g, dtype=torch.float64)))  # noqa: E731
+    Lambda = -0.5 * multiplier(pic, pic.DK0 + pic.DK0.mT) + 0.05 * noise()  # off the cold start (N nonsingular)
+    X = noise()
+    N = lambda L: _sym((pic.K0 + 2 * L).mT @ pic.dmul(pic.K0 + 2 * L) + pic.R)  # noqa: E731
+    V, s = eig_sqrt(N(Lambda))
+    factors = {}
+    original = inner_solvers.feasible
+    try:  # read the factor Y off the candidate Span(a1 Y, Y) that the certificate hands to ``feasible``
+        inner_solvers.feasible = lambda pic_, X_, *a, **k: (factors.__setitem__("Y", X_.b), original(pic_, X_, *a, **k))[1]
+        errors = {True: [], False: []}
+        for h in (0.4, 0.04, 0.02):
+            L1 = Lambda + h * X
+            lam1, V1 = torch.linalg.eigh(N(L1))
+            exact = (V1 / lam1.sqrt().unsqueeze(-2)) @ V1.mT
+            nuclear = float(torch.linalg.svdvals(Span_matrix(pic, L1)).sum())
+            for first_order in (True, False):
+                _, value, bound, _ = first_order_certificate(pic, L1, V, s, 1e-12, first_order)
+                assert float(bound) >= nuclear * (1 - 1e-12) and float(value) <= float(bound)
+                errors[first_order].append(float((factors["Y"] - exact).norm() / exact.norm()))
+            _, _, own, _ = first_order_certificate(pic, L1, V1, lam1.clamp_min(0).sqrt(), 1e-12)
+            assert abs(float(own) - nuclear) <= 1e-10 * nuclear
+    finally:
+        inner_solvers.feasible = original
+    fo, ritz = errors[True], errors[False]
+    assert fo[1] / fo[2] > 3 and ritz[1] / ritz[2] < 2.5 and fo[2] < ritz[2]
+
+
+def Span_matrix(pic, Lambda):
+    """Z = G + 2 W Lambda of a Gram picture, as the m x n matrix (float64)."""
+    return pic.W.double() @ (pic.K0 + 2 * Lambda) + pic.C.double()
+
+
 def test_lean_solve_refuses_what_the_newton_tracker_cannot_do():
     g = torch.Generator().manual_seed(0)
     M = get_manifold("dgram")
     W, G = M.random_point((12, 5), generator=g), spectrum_momentum((12, 5), g)
-    for kw in (dict(tracker="bfgs"), dict(tracker="newton", steps=0), dict(tracker="newton", certify_first=True)):
+    for kw in (dict(tracker="bfgs"), dict(tracker="newton", steps=0), dict(tracker="newton", certify_first=True),
+               dict(tracker="newton_dk", steps=0), dict(tracker="newton_dk", certify_first=True)):
         with pytest.raises(ValueError, match="tracker"):
             lean_solve(W, G, M.gram_projector, **{"steps": 1, **kw})
 

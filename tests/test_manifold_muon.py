@@ -110,7 +110,8 @@ def test_wide_and_square_stay_on_manifold(inner, shape):
 
 
 @pytest.mark.parametrize("kw", [{}, dict(inner="exact"),
-                                dict(inner="lean", tracker="newton", inner_steps=1, warm_start=True)])
+                                dict(inner="lean", tracker="newton", inner_steps=1, warm_start=True),
+                                dict(inner="lean", tracker="newton_dk")])
 def test_same_shape_matrices_are_batched_like_single_ones(kw):
     """Same-shape weights stepped as one batch land where each would alone, over three steps (the warm-started
     solvers carry per-weight state): the default, the exact mode and the Newton tracker (on Stiefel both solve

@@ -72,8 +72,9 @@ def _optimizers():
         for inner in ("lean", "gram_admm", "exact", "post", "dual_ascent", "admm"):
             yield f"{name}-{inner}", name, lambda Ws, name=name, inner=inner: ManifoldMuon(
                 Ws, lr=0.05, manifold=name, inner=inner)
-        yield f"{name}-lean-newton", name, lambda Ws, name=name: ManifoldMuon(
-            Ws, lr=0.05, manifold=name, inner="lean", tracker="newton")
+        for tracker in ("newton", "newton_dk"):
+            yield f"{name}-lean-{tracker}", name, lambda Ws, name=name, tracker=tracker: ManifoldMuon(
+                Ws, lr=0.05, manifold=name, inner="lean", tracker=tracker)
     yield "muon", None, lambda Ws: Muon(Ws, lr=0.05)
     for cls, name in ((MACRO, "spectral_sphere"), (MuonH, "frobenius_sphere"), (SSO, "spectral_sphere"),
                       (FSO, "frobenius_sphere")):

@@ -5,6 +5,7 @@ certificate (a feasible direction whose certified gap bounds its sub-optimality 
 arm decomposes the carried multiplier in float32 and nothing else in a lower precision; the first-order arm (``dk``)
 takes one eigendecomposition a step and still certifies honestly."""
 
+import contextlib
 import math
 
 import pytest
@@ -134,6 +135,30 @@ def test_first_order_tracker_certificate_is_honest(shape, manifold, first_order)
             ref = exact_solve(Wd, G.double(), M.gram_projector, tol=1e-9)
             opt = float((G.double() * ref.matrix()).sum())
             assert float((G.double() * A).sum()) >= (1 - float(sol.gap)) * opt - 1e-6 * abs(opt), k
+
+
+@pytest.mark.parametrize("shape,manifold", [((40, 12), "dgram"), ((12, 40), "dgram"), ((40, 12), "stiefel")])
+def test_first_order_arm_is_the_library_tracker(shape, manifold):
+    """The arm ``dk`` (the swap) and the library's ``tracker="newton_dk"`` take the same steps bit for bit along a
+    stream, through the optimizer: what ``step_budget.json`` measured as ``dk`` is the library's tracker."""
+    M = get_manifold(manifold)
+    g = torch.Generator().manual_seed(3)
+    W0 = M.random_point(shape, generator=g)
+    grads = [torch.randn(shape, generator=g) for _ in range(5)]
+    out = []
+    for arm, tracker in (("dk", "newton"), (None, "newton_dk"), (None, "newton")):
+        W = torch.nn.Parameter(W0.clone())
+        opt = ManifoldMuon([W], lr=0.05, manifold=manifold, inner="lean", tracker=tracker)
+        with step_budget.swapped(arm) if arm else contextlib.nullcontext():
+            for G in grads:
+                W.grad = G.clone()
+                with OpCounter(max(shape)) as counter:
+                    opt.step()
+        assert counter.counts["eigh"] == (2 if (arm, tracker) == (None, "newton") else 1)
+        out.append((W.detach().clone(), opt.state[W]["duality_gap"].clone(), opt.state[W]["Lambda"].clone()))
+    for a, b in zip(out[0], out[1]):
+        assert torch.equal(a, b)
+    assert not torch.equal(out[1][0], out[2][0])  # the library's two trackers differ
 
 
 def test_first_order_term_acts():

@@ -694,6 +694,7 @@ def _relative_gap(value, bound):
 # 64 momenta over the bar at 512 x 128 and 384 x 128 DGram: cold 1.57 and 1.50; 2 iterations 1.20 and 1.14;
 # 4: 1.01 and 1.10; 8: 0.995 and 1.090; 16: 0.992 and 1.088. Eight, where more stopped helping.
 NEWTON_START = 8
+NEWTON_TRACKERS = ("newton", "newton_dk")  # ``lean_solve``'s Newton trackers: two eigendecompositions a step, or one
 
 
 def lean_solve(W, G, P, warm=None, steps=1, rho=None, relax=1.8, normalize=True, diagonal=None,
@@ -741,13 +742,24 @@ def lean_solve(W, G, P, warm=None, steps=1, rho=None, relax=1.8, normalize=True,
     ``NEWTON_START`` eigendecompositions more, once. ``eigenbasis`` (the caller
     knows W^T W = c I and P is the identity: Stiefel) solves the Newton system in N's eigenbasis, where the
     Hessian's first term is diagonal and inverted exactly (``_eigen_cg``), instead of with the Jacobi
-    preconditioner."""
+    preconditioner.
+
+    ``tracker="newton_dk"``: the same Newton step, then the direction and the certified bound at the new multiplier
+    from the carried multiplier's eigendecomposition instead of a second one (``newton_track(one_eigh=True)``,
+    ``first_order_certificate``: the Schur-Horn bound and the Daleckii-Krein first-order candidate): one
+    eigendecomposition a step and one host read fewer. Measured by the benchmark ``step_budget`` (chapter 04,
+    2026-12-06, as the arm ``dk``), not proven: settled e_W within 0.04 of Muon's own e_W of the two-eigendecomposition
+    tracker's on every DGram draw at width 128 and at GPT-2 small's c_attn (0.38x against 0.37x there), each step
+    2-12% cheaper on one CPU thread (median 7%), and on one momentum repeated its gap ends where the tracker's does
+    (DGram) or within 3x (Stiefel, 7e-6 against 2e-6). Not the default: the seed and settling studies of chapter 04
+    measured the two-eigendecomposition tracker, and on the CPU the saving closes no ratio; its case is the GPU,
+    where an eigendecomposition and its host read cost many Muon steps."""
     _check_relax(relax, "lean_solve")
-    if tracker not in ("admm", "newton"):
-        raise ValueError(f"lean_solve: tracker must be 'admm' or 'newton', got {tracker!r}")
-    if tracker == "newton" and (certify_first or steps < 1):
-        raise ValueError("lean_solve(tracker='newton') takes steps >= 1 conjugate-gradient steps and certifies after "
-                         "its Newton step: certify_first does not apply")
+    if tracker not in ("admm",) + NEWTON_TRACKERS:
+        raise ValueError(f"lean_solve: tracker must be 'admm', 'newton' or 'newton_dk', got {tracker!r}")
+    if tracker in NEWTON_TRACKERS and (certify_first or steps < 1):
+        raise ValueError(f"lean_solve(tracker={tracker!r}) takes steps >= 1 conjugate-gradient steps and certifies "
+                         "after its Newton step: certify_first does not apply")
     if W.dtype not in (torch.float32, torch.float64):
         W, G = W.float(), G.float()
     Wt, Gt, wide = _tall_unit(W, G, normalize, views=True)
@@ -762,11 +774,12 @@ def lean_solve(W, G, P, warm=None, steps=1, rho=None, relax=1.8, normalize=True,
     else:
         Lambda, U = warm[0].to(pic.D.dtype), _warm_span(pic, warm[1])
     rtol = 1e-7 if W.dtype == torch.float64 else 1e-6
-    if tracker == "newton":
+    if tracker in NEWTON_TRACKERS:
         if warm is None:  # the tracker's start: NEWTON_START ADMM iterations from the tangent projection's multiplier
             Lambda, _ = _lean_admm(pic, Lambda, U, rho, NEWTON_START, relax, diagonal and W.dtype == torch.float32)
         t = torch.ones_like(pic.D[..., 0, 0]) if damping is None else damping.to(pic.D.dtype)
-        A, value, bound, AtA, Lambda, t = newton_track(pic, Lambda, t, steps, rtol, eigenbasis=eigenbasis)
+        one = dict(one_eigh=True) if tracker == "newton_dk" else {}  # (the benchmarks swap in trackers without it)
+        A, value, bound, AtA, Lambda, t = newton_track(pic, Lambda, t, steps, rtol, eigenbasis=eigenbasis, **one)
         iterations = torch.full(pic.D.shape[:-2], steps, dtype=torch.long, device=pic.D.device)
         U = Span(torch.zeros_like(pic.D), torch.zeros_like(pic.D))
         return GramSolve(A, pic, Lambda, U, _relative_gap(value, bound), iterations, wide, AtA, t)
@@ -802,15 +815,31 @@ def _certify_then_iterate(pic: GramPicture, Lambda, rho, steps: int, relax, rtol
     return A, value, bound, AtA, Lambda, U
 
 
+def _floored(s, dtype=None):
+    """N's singular values s floored at 1e-7 of the largest (in ``dtype``, default s's): what the Newton tracker
+    divides by (the floor keeps 1/s and ``_dk_denominator`` finite on a null singular value)."""
+    floor = 1e-7 * s[..., -1:].clamp_min(torch.finfo(s.dtype).tiny)
+    sc = torch.maximum(s, floor)
+    return sc if dtype is None else sc.to(dtype)
+
+
+def _dk_denominator(sc):
+    """den_ij = sc_i sc_j (sc_i + sc_j) for floored singular values ``sc`` (``_floored``) of N = V diag(s^2) V^T: the
+    Daleckii-Krein matrix of N^{-1/2}, whose derivative in N's eigenbasis is d(N^{-1/2})_ij = -(V^T dN V)_ij / den_ij.
+    A sum of the two roots, not their difference, so it is as well defined on a repeated singular value as anywhere.
+    The Newton tracker's Hessian-vector products (``_hvp``, ``_eigen_cg``, ``_newton_direction``) and its
+    one-eigendecomposition certificate (``first_order_certificate``) read it."""
+    return sc.unsqueeze(-1) * sc.unsqueeze(-2) * (sc.unsqueeze(-1) + sc.unsqueeze(-2))
+
+
 def _hvp(pic: GramPicture, a, V, s, dtype):
     """Hess f [x] (``newton_track``'s Newton system, see the exact mode's derivation below) as a closure, in
     ``dtype``, by four n x n products a call (five with a full D): in N's eigenbasis,
     D dx N^{-1/2} + D a d(N^{-1/2}) = [D (dx V) diag(1/s) + (D a V) Ltilde] V^T, Ltilde the Daleckii-Krein
     matrix of V^T dN V = (D a V)^T (dx V) + its transpose."""
     P = pic.P
-    floor = 1e-7 * s[..., -1:].clamp_min(torch.finfo(s.dtype).tiny)
-    sc = torch.maximum(s, floor).to(dtype)  # (an overflow of L in float32, a G far from unit scale: see newton_track)
-    L = 1.0 / (sc.unsqueeze(-1) * sc.unsqueeze(-2) * (sc.unsqueeze(-1) + sc.unsqueeze(-2)))
+    sc = _floored(s, dtype)  # (an overflow of L in float32, a G far from unit scale: see newton_track)
+    L = 1.0 / _dk_denominator(sc)
     inv = (1.0 / sc).unsqueeze(-2)
     V = V.to(dtype)
     DaV = pic.dmul(a).to(dtype) @ V
@@ -840,9 +869,8 @@ def _eigen_cg(pic: GramPicture, a, V, s, rtol, cg_steps: int, dtype, stop: float
     products a CG step (four in ``_hvp``), two more to bring x back. ``stop`` (the exact mode, which may read the
     host): end early once every residual's squared norm is below ``stop`` times its first. Returns x in the
     weights' basis, in ``dtype``."""
-    floor = 1e-7 * s[..., -1:].clamp_min(torch.finfo(s.dtype).tiny)
-    sc = torch.maximum(s, floor).to(dtype)
-    L = 1.0 / (sc.unsqueeze(-1) * sc.unsqueeze(-2) * (sc.unsqueeze(-1) + sc.unsqueeze(-2)))
+    sc = _floored(s, dtype)
+    L = 1.0 / _dk_denominator(sc)
     inv = (1.0 / sc).unsqueeze(-2)
     Vd = V.to(dtype)
     c = torch.diagonal(pic.D, dim1=-2, dim2=-1).mean(-1).to(dtype)[..., None, None]
@@ -889,7 +917,7 @@ def _pcg(hvp, r, pre, steps: int, stop: float | None = None):
 
 
 def newton_track(pic: GramPicture, Lambda, t, cg_steps: int, rtol, dtype=torch.float32, eig_dtype=torch.float64,
-                 precondition: bool = True, eigenbasis: bool = False):
+                 precondition: bool = True, eigenbasis: bool = False, one_eigh: bool = False):
     """The lean solve's Newton tracker (``lean_solve(tracker="newton")``): from the carried multiplier ``Lambda``,
     one Newton step on the dual f(Lambda) = ||G + 2 W Lambda||_*, damped by ``t`` (per matrix), then the
     certificate at the new multiplier. Returns (A, value, bound, A^T A, Lambda', t'), A the certificate's
@@ -913,13 +941,59 @@ def newton_track(pic: GramPicture, Lambda, t, cg_steps: int, rtol, dtype=torch.f
     on the benchmark ``solver_table``'s stationary stream (chapter 04), not proven: the settled e_W on GPT-2
     small's DGram shapes is 0.32-0.37x Muon's own from ``NEWTON_START``'s start (0.57-0.63x from the tangent
     projection's multiplier), where one ADMM iteration's is 0.62-0.68x. ``bound`` is the
-    certificate's own (float64) bound, so the relative gap it gives is a certificate."""
+    certificate's own (float64) bound, so the relative gap it gives is a certificate.
+
+    ``one_eigh`` (``lean_solve(tracker="newton_dk")``): the same Newton step, then the candidate and the bound at the
+    new multiplier from the carried multiplier's eigendecomposition (``first_order_certificate``) instead of a
+    second one: one eigendecomposition and one float32 eigvalsh a step, and three n x n products more."""
     a = pic.K0 + 2 * Lambda
     N = _sym(a.mT @ pic.dmul(a) + pic.R)
     V, s = eig_sqrt(N.to(eig_dtype))
     V, s = V.to(N.dtype), s.to(N.dtype)
     x = newton_direction(pic, a, V, s, rtol, cg_steps, dtype, precondition, eigenbasis)
-    return _newton_finish(pic, Lambda, t, x, s.sum(-1), rtol)
+    x = torch.nan_to_num(x, nan=0.0, posinf=0.0, neginf=0.0)  # an overflow (a G far from unit scale) moves nothing
+    Lambda1 = Lambda + t[..., None, None] * x.to(Lambda.dtype)  # x is in P's range (grad f and Hess f [.] are)
+    if one_eigh:
+        A, value, bound, AtA = first_order_certificate(pic, Lambda1, V, s, rtol)
+    else:
+        A, value, bound, AtA, _ = certificate(pic, Lambda1, None, rtol, fast=True, with_gram=True)
+    Lambda, t = damped(bound < s.sum(-1), Lambda1, Lambda, t)
+    return A, value, bound, AtA, Lambda, t
+
+
+def damped(fell, Lambda1, Lambda, t):
+    """The Newton tracker's damping rule, per matrix: where the certified bound at Lambda1 fell below the dual value
+    at the carried Lambda (``fell``), carry Lambda1 and double t (to at most 1); elsewhere keep Lambda and halve t.
+    The bound is at least f(Lambda1), so a multiplier is carried only where the dual fell."""
+    return torch.where(fell[..., None, None], Lambda1, Lambda), torch.where(fell, (2 * t).clamp_max(1), 0.5 * t)
+
+
+def first_order_certificate(pic: GramPicture, Lambda1, V, s, rtol, first_order: bool = True):
+    """(A, value, bound, A^T A) at the multiplier ``Lambda1`` from the eigendecomposition N = V diag(s^2) V^T taken at
+    another multiplier (the carried one: ``newton_track(one_eigh=True)``), with no eigendecomposition of its own.
+
+    With N1 = Z1^T Z1 at Lambda1 and M = V^T N1 V (two n x n products, float64):
+    - bound: sum_i sqrt(M_ii) >= tr N1^{1/2} = ||Z1||_* = f(Lambda1) for any orthonormal V (Schur-Horn: M's diagonal
+      is majorized by N1's eigenvalues, and the sum of a concave function is larger on the majorized vector; equality
+      where V is N1's eigenbasis), so the relative gap it gives is a certificate however far Lambda1 is from where V
+      was taken;
+    - candidate: Z1 N1^{-1/2}, with N1^{-1/2} to first order about diag(M) in V's basis,
+      V [diag(M_ii^{-1/2}) - offdiag(M) / den] V^T, den the Daleckii-Krein denominators of s (``_dk_denominator``: the
+      derivative of N^{-1/2} at N, applied to the step N1 - N, whose off-diagonal in V's basis is M's), made feasible
+      as every candidate is (``feasible``: tangent part, op-norm in float32 with its margin), so its value is a lower
+      bound on the optimum whatever the first-order error. ``first_order=False`` drops the off-diagonal term (the Ritz
+      candidate V diag(M_ii^{-1/2}) V^T, kept for the benchmark ``step_budget``'s comparison).
+    Three n x n products more than the certificate's own (M's two, the candidate's factor V inner V^T where the
+    certificate's takes one), and no eigendecomposition where the certificate takes one."""
+    a1 = pic.K0 + 2 * Lambda1
+    M = _sym(V.mT @ (a1.mT @ pic.dmul(a1) + pic.R) @ V)
+    d = M.diagonal(dim1=-2, dim2=-1).clamp_min(0)
+    bound = d.sqrt().sum(-1)
+    inner = -M / _dk_denominator(_floored(s)) if first_order else torch.zeros_like(M)
+    inner.diagonal(dim1=-2, dim2=-1).copy_(inv_sqrt(d.sqrt(), rtol))
+    Y = V @ inner @ V.mT
+    A, value, AtA = feasible(pic, Span(a1 @ Y, Y), 0, fast=True, with_gram=True)
+    return A, value, bound, AtA
 
 
 def newton_direction(pic: GramPicture, a, V, s, rtol, cg_steps: int, dtype=torch.float32, precondition: bool = True,
@@ -933,24 +1007,12 @@ def newton_direction(pic: GramPicture, a, V, s, rtol, cg_steps: int, dtype=torch
     grad = 2 * pic.P(_sym((DaV * inv_sqrt(s, rtol).to(dtype).unsqueeze(-2)) @ Vt.mT))
     if precondition:  # Jacobi on the first term of the Hessian, 2 P(D x N^{-1/2} + N^{-1/2} x D): its diagonal
         d = torch.diagonal(pic.D, dim1=-2, dim2=-1).to(dtype)
-        floor = 1e-7 * s[..., -1:].clamp_min(torch.finfo(s.dtype).tiny)
-        nih = (Vt * Vt / torch.maximum(s, floor).to(dtype).unsqueeze(-2)).sum(-1)  # diag(N^{-1/2})
+        nih = (Vt * Vt / _floored(s, dtype).unsqueeze(-2)).sum(-1)  # diag(N^{-1/2})
         jac = 2 * (d.unsqueeze(-1) * nih.unsqueeze(-2) + nih.unsqueeze(-1) * d.unsqueeze(-2))
         pre = lambda r: r / jac  # noqa: E731
     else:
         pre = lambda r: r  # noqa: E731
     return _pcg(hvp, -grad, pre, cg_steps)
-
-
-def _newton_finish(pic: GramPicture, Lambda, t, x, f0, rtol):
-    """``newton_track``'s damped step along x, the certificate at the new multiplier and the damping rule."""
-    x = torch.nan_to_num(x, nan=0.0, posinf=0.0, neginf=0.0)  # an overflow (a G far from unit scale) moves nothing
-    Lambda1 = Lambda + t[..., None, None] * x.to(Lambda.dtype)  # x is in P's range (grad f and Hess f [.] are)
-    A, value, bound, AtA, _ = certificate(pic, Lambda1, None, rtol, fast=True, with_gram=True)
-    fell = bound < f0
-    Lambda = torch.where(fell[..., None, None], Lambda1, Lambda)
-    t = torch.where(fell, (2 * t).clamp_max(1), 0.5 * t)
-    return A, value, bound, AtA, Lambda, t
 
 
 # ====================================================================== the exact mode: Newton on the dual
@@ -968,9 +1030,8 @@ def _newton_direction(pic: GramPicture, a, V, s, grad, cg_steps: int):
     """Approximately solve Hess f [x] = -grad by ``cg_steps`` conjugate-gradient steps (all matrices of the batch
     together; a matrix whose residual is below 1e-12 of its gradient stops moving)."""
     P = pic.P
-    floor = 1e-7 * s[..., -1:].clamp_min(torch.finfo(s.dtype).tiny)
-    sc = torch.maximum(s, floor)
-    L = 1.0 / (sc.unsqueeze(-1) * sc.unsqueeze(-2) * (sc.unsqueeze(-1) + sc.unsqueeze(-2)))
+    sc = _floored(s)
+    L = 1.0 / _dk_denominator(sc)
     Nih = (V / sc.unsqueeze(-2)) @ V.mT
     Da = pic.dmul(a)
     DaV = Da @ V

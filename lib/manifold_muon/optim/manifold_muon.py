@@ -59,7 +59,7 @@ from ..manifolds.gram import DGram, GramManifold, GramOblique, Stiefel, inverse_
 from ..msign import DEFAULT, msign
 from .base import MatrixOptimizer
 from .inner_solvers import (GramSolve, Span, _sym, admm, dual_ascent, eig_sqrt, exact_solve, factor, gram, gram_solve,
-                            inv_sqrt, lean_solve, rms, shrink, tangent_defect)
+                            inv_sqrt, lean_solve, rms, shrink, tangent_defect, NEWTON_TRACKERS)
 
 
 __all__ = ["ManifoldMuon", "POST_RECIPE", "TRACKERS", "fused_retract", "lean_defaults", "lean_retract", "resolve_tracker",
@@ -111,7 +111,7 @@ SOLVER_SETTINGS = {
 }
 
 
-TRACKERS = ("auto", "admm", "newton")
+TRACKERS = ("auto", "admm", "newton", "newton_dk")
 
 
 def lean_defaults(manifold, tracker: str | None = None) -> dict:
@@ -124,16 +124,16 @@ def lean_defaults(manifold, tracker: str | None = None) -> dict:
     default there was ``certify_first=True``, one eigendecomposition fewer, which settles further from the optimum
     than this order once U is carried as a matrix: chapter 04; its ADMM penalty is ``OBLIQUE_RHO``, not the
     picture's 1/sqrt(n), unless ``rho`` is given). Given
-    ``tracker`` ("auto", "admm" or "newton"), the defaults that go with it: "newton" carries the multiplier with
-    one CG step on every weight, "admm" and "auto" take the per-manifold defaults above ("admm" on DGram: one
-    tracked ADMM iteration on every weight, the default before 2026-12-04). Why: measured on the benchmark
+    ``tracker`` ("auto", "admm", "newton" or "newton_dk"), the defaults that go with it: "newton" and "newton_dk"
+    carry the multiplier with one CG step on every weight, "admm" and "auto" take the per-manifold defaults above
+    ("admm" on DGram: one tracked ADMM iteration on every weight, the default before 2026-12-04). Why: measured on the benchmark
     ``solver_table``'s stationary stream of momenta (chapter 04), not proven."""
     from ..manifolds import get_manifold
 
     M = get_manifold(manifold)
     tracker = tracker or "auto"
-    if tracker == "newton":
-        return dict(tracker="newton", inner_steps=1, warm_start=True, certify_first=False)
+    if tracker in NEWTON_TRACKERS:
+        return dict(tracker=tracker, inner_steps=1, warm_start=True, certify_first=False)
     if isinstance(M, Stiefel):
         return dict(tracker=tracker, inner_steps=0, warm_start=False, certify_first=False)
     return dict(tracker=tracker, inner_steps=1, warm_start=True, certify_first=False)
@@ -550,9 +550,13 @@ class ManifoldMuon(MatrixOptimizer):
             iterations), "newton" (one damped Newton step on the dual with ``inner_steps`` preconditioned
             conjugate-gradient steps, ``inner_solvers.newton_track``; on Stiefel in N's eigenbasis, where the
             Hessian's first term is diagonal, elsewhere Jacobi-preconditioned; its first step, with no multiplier
-            carried yet, starts from ``inner_solvers.NEWTON_START`` ADMM iterations) or "auto" (the default:
-            "newton" on rectangular DGram weights, "admm" elsewhere, ``resolve_tracker``). "newton" (and "auto" on
-            DGram) needs warm_start and inner_steps >= 1 and refuses certify_first and rho.
+            carried yet, starts from ``inner_solvers.NEWTON_START`` ADMM iterations), "newton_dk" (the same Newton
+            step, then the direction and a certified bound at the new multiplier from the carried multiplier's
+            eigendecomposition instead of a second one: one eigendecomposition and one host read a step fewer,
+            ``inner_solvers.first_order_certificate``; opt-in, measured on the CPU only: chapter 04) or "auto"
+            (the default: "newton" on rectangular DGram weights, "admm" elsewhere, ``resolve_tracker``). "newton",
+            "newton_dk" (and "auto" on DGram) need warm_start and inner_steps >= 1 and refuse certify_first and
+            rho.
         alpha: dual-ascent step (linear decay to 0), read by post / dual_ascent; rho: ADMM penalty
             (None: 1/sqrt(n)), read by gram_admm / lean / admm.
         normalize: rescale G to unit RMS before the solve (lean, post and dual_ascent; False for "post", as
@@ -599,7 +603,8 @@ class ManifoldMuon(MatrixOptimizer):
         if inner == "lean":  # by manifold first (cold on Stiefel, tracked elsewhere)
             if tracker is not None and tracker not in TRACKERS:
                 raise ValueError(f"ManifoldMuon(inner='lean'): tracker must be 'auto' (by manifold and shape), 'admm' (ADMM "
-                                 f"iterations) or 'newton' (one damped Newton step on the dual), got {tracker!r}")
+                                 f"iterations), 'newton' (one damped Newton step on the dual) or 'newton_dk' (the same "
+                                 f"with one eigendecomposition a step), got {tracker!r}")
             for key, value in lean_defaults(param_group.get("manifold", self.defaults["manifold"]), tracker).items():
                 if param_group.get(key, self.defaults.get(key)) is None:
                     param_group[key] = value
@@ -616,14 +621,14 @@ class ManifoldMuon(MatrixOptimizer):
                              "inner_steps >= 1 for it to act")
         from ..manifolds import get_manifold
 
-        newton = param_group.get("tracker", self.defaults.get("tracker")) == "newton" or (
+        newton = param_group.get("tracker", self.defaults.get("tracker")) in NEWTON_TRACKERS or (
             param_group.get("tracker", self.defaults.get("tracker")) == "auto"
             and isinstance(get_manifold(param_group.get("manifold", self.defaults["manifold"])), DGram))
         if inner == "lean" and newton:  # (auto on DGram: its rectangular weights take the Newton step)
             given = {k: param_group.get(k, self.defaults.get(k)) for k in ("warm_start", "inner_steps", "rho")}
             if not given["warm_start"] or not given["inner_steps"] or certify_first is True or given["rho"] is not None:
-                raise ValueError("ManifoldMuon(inner='lean', tracker='newton', or 'auto' on DGram, the default there) "
-                                 "carries the multiplier from step to step (warm_start=True), takes inner_steps >= 1 "
+                raise ValueError("ManifoldMuon(inner='lean', tracker='newton' or 'newton_dk', or 'auto' on DGram, the "
+                                 "default there) carries the multiplier from step to step (warm_start=True), takes inner_steps >= 1 "
                                  "conjugate-gradient steps, certifies after its Newton step and has no ADMM penalty: "
                                  "leave warm_start, certify_first and rho out (or give tracker='admm' for them), and "
                                  "give inner_steps >= 1")
@@ -697,7 +702,7 @@ class ManifoldMuon(MatrixOptimizer):
 
     def _picture_update(self, W, G, group, states):
         """The lean step in the Gram picture (``lean_solve``, ``lean_retract``): Stiefel (but square) and DGram
-        weights, and Oblique ones given ``tracker="newton"``."""
+        weights, and Oblique ones given ``tracker="newton"`` or ``"newton_dk"``."""
         M, lr, wd = group["manifold"], group["lr"], group["weight_decay"]
         warm = self._warm(group, states)
         damping = None

@@ -125,7 +125,7 @@ def lagged_newton_track(pic, Lambda, t, cg_steps: int, rtol, dtype=torch.float32
     Y = factor(V, s, lambda s: inv_sqrt(s, rtol))
     A, value, AtA = feasible(pic, Span(a @ Y, Y), 0, fast=True, with_gram=True)
     f1 = torch.linalg.eigvalsh(_sym(N1).to(torch.float64)).clamp_min(0).sqrt().sum(-1)
-    return (A, value, f0, AtA, *_damped(f1.to(f0.dtype) < f0, Lambda1, Lambda, t))
+    return (A, value, f0, AtA, *inner_solvers.damped(f1.to(f0.dtype) < f0, Lambda1, Lambda, t))
 
 
 def _newton_step(pic, Lambda, t, cg_steps, rtol, dtype, eig_dtype, precondition, eigenbasis):
@@ -143,45 +143,20 @@ def _newton_step(pic, Lambda, t, cg_steps, rtol, dtype, eig_dtype, precondition,
     return a, V, s, Lambda1, a1.mT @ pic.dmul(a1) + pic.R
 
 
-def _damped(fell, Lambda1, Lambda, t):
-    """The library tracker's damping rule: where the dual fell, carry Lambda1 and double t (to at most 1); elsewhere
-    keep Lambda and halve t."""
-    return torch.where(fell[..., None, None], Lambda1, Lambda), torch.where(fell, (2 * t).clamp_max(1), 0.5 * t)
-
-
 def first_order_newton_track(pic, Lambda, t, cg_steps: int, rtol, dtype=torch.float32, eig_dtype=torch.float64,
                              precondition: bool = True, eigenbasis: bool = False, first_order: bool = True):
-    """The first-order prototype (module docstring, ``dk``), with ``inner_solvers.newton_track``'s signature and
-    returns: the library's Newton step from the carried multiplier, then the candidate and the bound at the new
-    multiplier Lambda1 from the carried multiplier's eigendecomposition N = V diag(s^2) V^T instead of a second one.
-
-    With N1 = Z1^T Z1 at Lambda1 and M = V^T N1 V (two n x n products):
-    - bound: sum_i sqrt(M_ii) >= tr N1^{1/2} = ||Z1||_* = f(Lambda1), for any orthonormal V (Schur-Horn: M's
-      diagonal is majorized by N1's eigenvalues, and a sum of a concave function is larger on the majorized vector),
-      so the relative gap it gives is still a certificate;
-    - candidate: N1^{-1/2} to first order about diag(M) in V's basis, V [diag(M_ii^{-1/2}) - offdiag(M) o L] V^T
-      with L_ij = 1 / (s_i s_j (s_i + s_j)) (the Daleckii-Krein matrix of ``inner_solvers._hvp``), then Z1 times it
-      made feasible as every candidate is (``feasible``: tangent part, op-norm in float32 with its margin), so its
-      value is a lower bound on the optimum whatever the first-order error.
-    The damping compares that bound with f(Lambda), as the library's tracker compares the certificate's. One
-    eigendecomposition and one float32 eigvalsh a step where the library's tracker takes two and one.
-    ``first_order=False`` drops the off-diagonal term: the Ritz candidate V diag(M_ii^{-1/2}) V^T with the same bound
-    (the arm ``ritz``, the variant ``bench.lean_newton``'s docstring measured before the tracker had its start and its
-    preconditioner)."""
-    _, V, s, Lambda1, N1 = _newton_step(pic, Lambda, t, cg_steps, rtol, dtype, eig_dtype, precondition, eigenbasis)
-    M = _sym(V.mT @ N1 @ V)
-    d = M.diagonal(dim1=-2, dim2=-1).clamp_min(0)
-    bound = d.sqrt().sum(-1)
-    if first_order:
-        sc = torch.maximum(s, 1e-7 * s[..., -1:].clamp_min(torch.finfo(s.dtype).tiny))
-        inner = -M / (sc.unsqueeze(-1) * sc.unsqueeze(-2) * (sc.unsqueeze(-1) + sc.unsqueeze(-2)))
-    else:
-        inner = torch.zeros_like(M)
-    inner.diagonal(dim1=-2, dim2=-1).copy_(inv_sqrt(d.sqrt(), rtol))
-    Y = V @ inner @ V.mT
-    a1 = pic.K0 + 2 * Lambda1
-    A, value, AtA = feasible(pic, Span(a1 @ Y, Y), 0, fast=True, with_gram=True)
-    return (A, value, bound, AtA, *_damped(bound < s.sum(-1), Lambda1, Lambda, t))
+    """The first-order arm (module docstring, ``dk``), with ``inner_solvers.newton_track``'s signature and returns: the
+    library's Newton step from the carried multiplier, then the candidate and the bound at the new multiplier Lambda1
+    from the carried multiplier's eigendecomposition instead of a second one (``inner_solvers.first_order_certificate``:
+    the Schur-Horn bound, the Daleckii-Krein first-order candidate), damped by the library tracker's rule
+    (``inner_solvers.damped``). Since 2026-12-06 (after this benchmark's run) the library's ``tracker="newton_dk"``,
+    ``newton_track(one_eigh=True)``, which gives the same step bit for bit (``tests/test_step_budget.py``); until then
+    this module's own copy of the same arithmetic. ``first_order=False`` drops the off-diagonal term: the Ritz candidate
+    with the same bound (the arm ``ritz``, the variant ``bench.lean_newton``'s docstring measured before the tracker had
+    its start and its preconditioner)."""
+    _, V, s, Lambda1, _ = _newton_step(pic, Lambda, t, cg_steps, rtol, dtype, eig_dtype, precondition, eigenbasis)
+    A, value, bound, AtA = inner_solvers.first_order_certificate(pic, Lambda1, V, s, rtol, first_order)
+    return (A, value, bound, AtA, *inner_solvers.damped(bound < s.sum(-1), Lambda1, Lambda, t))
 
 
 SQUARE32_SIZES = (128, 768)
