@@ -2,7 +2,8 @@
 # One short check for a lent GPU (written for one H200; about 10 minutes): the solver's table at GPT-2 small's
 # shapes, the sync-free msign prototype, the square closed form's cost by part at 128 and 768 and the Gram
 # picture's first solve two ways, and the lean step compiled (solver_table_gpu.json, sync_free_msign_gpu.json,
-# square_cost_gpu.json, diagonal_solve_gpu.json, compiled_step_gpu.json),
+# square_cost_gpu.json, diagonal_solve_gpu.json, compiled_step_gpu.json; DGram's two Newton trackers,
+# solver_table_newton_dk_gpu.json),
 # then 30 steps of the gpt2-124m
 # preset (GPT-2 124M, 64 x 1024 tokens per step, bf16 autocast) per assignment, the post's five and
 # the paper's seven optimizers, and the per-step time of each as a ratio to plain Muon, printed next to the
@@ -36,6 +37,17 @@ from manifold_muon_book.bench import solver_table
 solver_table.main(Path(os.environ['RESULT_DIR']), ref_max_n=0, exact_max_n=0, fail_on_miss=False,
                   name='solver_table_gpu')
 " || echo "solver_table did not finish in 240 s"
+
+# Then DGram's Newton tracker with two eigendecompositions a step (the lean default on rectangular DGram) against the
+# option tracker="newton_dk" with one (under two minutes; bench solver_table's comparison lean_newton_dk, chapter
+# 04): on one CPU thread the second costs 2-12% less; on a GPU, where an eigendecomposition and its host read cost
+# many Muon steps, the question is how much less.
+RESULT_DIR="$RESULT_DIR" timeout 120 "$PY" -c "
+import os; from pathlib import Path
+from manifold_muon_book.bench import solver_table
+solver_table.main(Path(os.environ['RESULT_DIR']), ref_max_n=0, exact_max_n=0, fail_on_miss=False,
+                  manifolds=['dgram'], variants=['lean', 'lean_newton_dk'], name='solver_table_newton_dk_gpu')
+" || echo "solver_table (newton_dk) did not finish in 120 s"
 
 # Then square Stiefel's msign by products alone against its eigendecomposition (a prototype, under a minute): the
 # comparison a CPU cannot make (bench sync_free_msign, chapter 04). Both GPU files have their own names, so that a

@@ -824,8 +824,8 @@ def _floored(s, dtype=None):
 
 
 def _dk_denominator(sc):
-    """den_ij = sc_i sc_j (sc_i + sc_j) for floored singular values ``sc`` (``_floored``) of N = V diag(s^2) V^T: the
-    Daleckii-Krein matrix of N^{-1/2}, whose derivative in N's eigenbasis is d(N^{-1/2})_ij = -(V^T dN V)_ij / den_ij.
+    """den_ij = sc_i sc_j (sc_i + sc_j) for floored roots ``sc`` (``_floored``) of a diagonal N = diag(sc^2) (N's
+    eigenvalues in its eigenbasis): the Daleckii-Krein matrix of N^{-1/2}, d(N^{-1/2})_ij = -dN_ij / den_ij there.
     A sum of the two roots, not their difference, so it is as well defined on a repeated singular value as anywhere.
     The Newton tracker's Hessian-vector products (``_hvp``, ``_eigen_cg``, ``_newton_direction``) and its
     one-eigendecomposition certificate (``first_order_certificate``) read it."""
@@ -954,7 +954,7 @@ def newton_track(pic: GramPicture, Lambda, t, cg_steps: int, rtol, dtype=torch.f
     x = torch.nan_to_num(x, nan=0.0, posinf=0.0, neginf=0.0)  # an overflow (a G far from unit scale) moves nothing
     Lambda1 = Lambda + t[..., None, None] * x.to(Lambda.dtype)  # x is in P's range (grad f and Hess f [.] are)
     if one_eigh:
-        A, value, bound, AtA = first_order_certificate(pic, Lambda1, V, s, rtol)
+        A, value, bound, AtA = first_order_certificate(pic, Lambda1, V, rtol)
     else:
         A, value, bound, AtA, _ = certificate(pic, Lambda1, None, rtol, fast=True, with_gram=True)
     Lambda, t = damped(bound < s.sum(-1), Lambda1, Lambda, t)
@@ -968,9 +968,9 @@ def damped(fell, Lambda1, Lambda, t):
     return torch.where(fell[..., None, None], Lambda1, Lambda), torch.where(fell, (2 * t).clamp_max(1), 0.5 * t)
 
 
-def first_order_certificate(pic: GramPicture, Lambda1, V, s, rtol, first_order: bool = True):
-    """(A, value, bound, A^T A) at the multiplier ``Lambda1`` from the eigendecomposition N = V diag(s^2) V^T taken at
-    another multiplier (the carried one: ``newton_track(one_eigh=True)``), with no eigendecomposition of its own.
+def first_order_certificate(pic: GramPicture, Lambda1, V, rtol, first_order: bool = True):
+    """(A, value, bound, A^T A) at the multiplier ``Lambda1`` from the eigenvectors V of N = Z^T Z taken at another
+    multiplier (the carried one: ``newton_track(one_eigh=True)``), with no eigendecomposition of its own.
 
     With N1 = Z1^T Z1 at Lambda1 and M = V^T N1 V (two n x n products, float64):
     - bound: sum_i sqrt(M_ii) >= tr N1^{1/2} = ||Z1||_* = f(Lambda1) for any orthonormal V (Schur-Horn: M's diagonal
@@ -978,19 +978,26 @@ def first_order_certificate(pic: GramPicture, Lambda1, V, s, rtol, first_order: 
       where V is N1's eigenbasis), so the relative gap it gives is a certificate however far Lambda1 is from where V
       was taken;
     - candidate: Z1 N1^{-1/2}, with N1^{-1/2} to first order about diag(M) in V's basis,
-      V [diag(M_ii^{-1/2}) - offdiag(M) / den] V^T, den the Daleckii-Krein denominators of s (``_dk_denominator``: the
-      derivative of N^{-1/2} at N, applied to the step N1 - N, whose off-diagonal in V's basis is M's), made feasible
-      as every candidate is (``feasible``: tangent part, op-norm in float32 with its margin), so its value is a lower
-      bound on the optimum whatever the first-order error. ``first_order=False`` drops the off-diagonal term (the Ritz
-      candidate V diag(M_ii^{-1/2}) V^T, kept for the benchmark ``step_budget``'s comparison).
+      V [diag(1/m) - offdiag(M) / den] V^T, m_i = sqrt(M_ii) and den the Daleckii-Krein denominators of m
+      (``_dk_denominator``: the derivative of N^{-1/2} at diag(M), applied to M's off-diagonal part), made feasible as
+      every candidate is (``feasible``: tangent part, op-norm in float32 with its margin), so its value is a lower
+      bound on the optimum whatever the first-order error. About diag(M), not about N's own eigenvalues s^2 (the two
+      agree to first order in the step): M is positive semi-definite, so |M_ij| <= m_i m_j, and the first-order part
+      of Z1 V [...] in V's basis, sum_i (Z1 v_i) M_ij / den_ij with ||Z1 v_i|| = m_i, has terms of size at most
+      m_i^2 m_j / (m_i m_j (m_i + m_j)) < 1; about s, a direction that N had near null and the step filled
+      (m_i >> s_i) blew its terms up (measured 2026-12-06 on DGram streams of rank-4 momenta: that candidate certified
+      nothing, gap near 1 at nearly every step, where this one's gap is within 0.1-0.3 of the two-eigendecomposition
+      tracker's). ``first_order=False`` drops the off-diagonal term (the Ritz candidate V diag(1/m) V^T, kept for the
+      benchmark ``step_budget``'s comparison).
     Three n x n products more than the certificate's own (M's two, the candidate's factor V inner V^T where the
     certificate's takes one), and no eigendecomposition where the certificate takes one."""
     a1 = pic.K0 + 2 * Lambda1
     M = _sym(V.mT @ (a1.mT @ pic.dmul(a1) + pic.R) @ V)
     d = M.diagonal(dim1=-2, dim2=-1).clamp_min(0)
-    bound = d.sqrt().sum(-1)
-    inner = -M / _dk_denominator(_floored(s)) if first_order else torch.zeros_like(M)
-    inner.diagonal(dim1=-2, dim2=-1).copy_(inv_sqrt(d.sqrt(), rtol))
+    m = d.sqrt()
+    bound = m.sum(-1)
+    inner = -M / _dk_denominator(_floored(m)) if first_order else torch.zeros_like(M)
+    inner.diagonal(dim1=-2, dim2=-1).copy_(inv_sqrt(m, rtol))
     Y = V @ inner @ V.mT
     A, value, AtA = feasible(pic, Span(a1 @ Y, Y), 0, fast=True, with_gram=True)
     return A, value, bound, AtA

@@ -29,8 +29,9 @@ measured at its last momentum against a second certified reference, next to Muon
 rectangular weights; on Oblique ``lean_tracked`` in the other order (``certify_first``: the certificate at the
 carried multiplier, then the iteration, the two sharing one eigendecomposition) from the second stop of 2026-12-03
 to 2026-12-04, and since then ``lean_tracked`` again, solved in the matrix itself (``oblique_step``, which carries
-ADMM's U as a matrix); before, it was ``lean_tracked`` everywhere. Two comparisons are run only when named and are
-left out of the merged table (``COMPARISONS``): ``lean_first``, one tracked iteration certified first,
+ADMM's U as a matrix); before, it was ``lean_tracked`` everywhere. Comparisons are run only when named and are
+left out of the merged table (``COMPARISONS``): ``lean_newton_dk``, the library's option ``tracker="newton_dk"`` (the
+Newton tracker with one eigendecomposition a step), ``lean_first``, one tracked iteration certified first,
 ``lean_picture``, ``lean`` with Oblique weights in the Gram picture, as the library took them before 2026-12-04,
 and ``gram_admm_coef`` and ``lean_tracked_coef``, ``gram_admm`` and ``lean_tracked`` with ADMM's U carried from
 step to step by its coefficients in the Gram picture, as the library carried it before 2026-12-04 (since then the
@@ -76,6 +77,8 @@ VARIANTS = {"lean": dict(inner="lean"),
             "lean_cold": dict(inner="lean", tracker="admm", inner_steps=0, warm_start=False, certify_first=False),
             "lean_newton": dict(inner="lean", tracker="newton", inner_steps=1, warm_start=True, certify_first=False),
             "lean_first": dict(inner="lean", tracker="admm", inner_steps=1, warm_start=True, certify_first=True),  # *
+            "lean_newton_dk": dict(inner="lean", tracker="newton_dk", inner_steps=1, warm_start=True,  # *
+                                   certify_first=False),
             "gram_admm": dict(inner="gram_admm"),
             "exact": dict(inner="exact"), "post": dict(inner="post")}
 
@@ -111,7 +114,7 @@ VARIANTS["gram_admm_coef"] = VARIANTS["gram_admm"]
 VARIANTS["lean_tracked_coef"] = VARIANTS["lean_tracked"]
 # comparisons (* above): run only when asked for by name, on the weights where they differ, and read from their
 # part's file (chapter 04); ``merge`` leaves them out of the table
-COMPARISONS = ("lean_first", "lean_picture", "gram_admm_coef", "lean_tracked_coef")
+COMPARISONS = ("lean_first", "lean_picture", "gram_admm_coef", "lean_tracked_coef", "lean_newton_dk")
 TABLE_VARIANTS = tuple(v for v in VARIANTS if v not in COMPARISONS)
 TABLE_SHAPES = CPU_SHAPES + [(384, 128)] + GPT2_SHAPES  # the weights the table judges
 LRS = (0.02, 0.1)

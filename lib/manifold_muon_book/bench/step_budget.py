@@ -155,7 +155,7 @@ def first_order_newton_track(pic, Lambda, t, cg_steps: int, rtol, dtype=torch.fl
     with the same bound (the arm ``ritz``, the variant ``bench.lean_newton``'s docstring measured before the tracker had
     its start and its preconditioner)."""
     _, V, s, Lambda1, _ = _newton_step(pic, Lambda, t, cg_steps, rtol, dtype, eig_dtype, precondition, eigenbasis)
-    A, value, bound, AtA = inner_solvers.first_order_certificate(pic, Lambda1, V, s, rtol, first_order)
+    A, value, bound, AtA = inner_solvers.first_order_certificate(pic, Lambda1, V, rtol, first_order)
     return (A, value, bound, AtA, *inner_solvers.damped(bound < s.sum(-1), Lambda1, Lambda, t))
 
 
