@@ -40,7 +40,7 @@ solver_table.main(Path(os.environ['RESULT_DIR']), ref_max_n=0, exact_max_n=0, fa
 
 # Then DGram's Newton tracker with two eigendecompositions a step (the lean default on rectangular DGram) against the
 # option tracker="newton_dk" with one (under two minutes; bench solver_table's comparison lean_newton_dk, chapter
-# 04): on one CPU thread the second costs 2-12% less; on a GPU, where an eigendecomposition and its host read cost
+# 04): on one CPU thread the second costs 3-17% less; on a GPU, where an eigendecomposition and its host read cost
 # many Muon steps, the question is how much less.
 RESULT_DIR="$RESULT_DIR" timeout 120 "$PY" -c "
 import os; from pathlib import Path

@@ -196,6 +196,21 @@ def test_bad_inner_config_is_refused():
         ManifoldMuon(W, momentum=1.5)
 
 
+@pytest.mark.parametrize("tracker", ["newton", "newton_dk"])
+def test_newton_trackers_refuse_what_they_cannot_do(tracker):
+    """Both Newton trackers carry the multiplier (warm_start), take CG steps (inner_steps >= 1), certify after their
+    step (no certify_first) and have no ADMM penalty (no rho): each is refused with a sentence, before any step; an
+    unknown tracker's message lists the four."""
+    W = [torch.nn.Parameter(get_manifold("dgram").random_point((12, 5)))]
+    for bad in (dict(warm_start=False), dict(inner_steps=0), dict(certify_first=True), dict(rho=1.0)):
+        with pytest.raises(ValueError, match="carries the multiplier from step to step"):
+            ManifoldMuon(W, manifold="dgram", inner="lean", tracker=tracker, **bad)
+    with pytest.raises(ValueError, match="'newton_dk'"):
+        ManifoldMuon(W, manifold="dgram", inner="lean", tracker="newton-dk")
+    opt = ManifoldMuon(W, manifold="dgram", inner="lean", tracker=tracker)
+    assert opt.param_groups[0]["tracker"] == tracker and opt.param_groups[0]["inner_steps"] == 1
+
+
 @pytest.mark.parametrize("bad", [float("nan"), float("inf")])
 def test_non_finite_gradient_raises_and_changes_nothing(bad):
     a = torch.nn.Parameter(get_manifold("stiefel").random_point((6, 3)))

@@ -750,7 +750,7 @@ def lean_solve(W, G, P, warm=None, steps=1, rho=None, relax=1.8, normalize=True,
     eigendecomposition a step and one host read fewer. Measured by the benchmark ``step_budget`` (chapter 04,
     2026-12-06, as the arm ``dk``), not proven: settled e_W within 0.04 of Muon's own e_W of the two-eigendecomposition
     tracker's on every DGram draw at width 128 and at GPT-2 small's c_attn (0.38x against 0.37x there), each step
-    2-12% cheaper on one CPU thread (median 7%), and on one momentum repeated its gap ends where the tracker's does
+    3-17% cheaper on one CPU thread (median 8%), and on one momentum repeated its gap ends where the tracker's does
     (DGram) or within 3x (Stiefel, 7e-6 against 2e-6). Not the default: the seed and settling studies of chapter 04
     measured the two-eigendecomposition tracker, and on the CPU the saving closes no ratio; its case is the GPU,
     where an eigendecomposition and its host read cost many Muon steps."""

@@ -46,11 +46,15 @@ on all three draws, and (c) on the fixed momentum it ends within 10x of the libr
 
 ``dk``: a third way to one eigendecomposition a step, which keeps the tracker's order (Newton step first, then the
 direction at the new multiplier Lambda1) where ``lagged`` gave it up. The arm (``first_order``,
-``first_order_newton_track`` swapped in for ``inner_solvers.newton_track`` inside this benchmark only, not a setting of
-the library) builds the direction and the bound at Lambda1 from the carried multiplier's eigendecomposition instead of
-a second one: the bound is sum_i ||Z1 v_i|| over that eigenbasis (an upper bound on ||Z1||_* for any orthonormal basis,
-Schur-Horn; so the gap is still a certificate), the direction Z1 N1^{-1/2} with N1^{-1/2} to first order in that basis
-(Daleckii-Krein), made feasible as every candidate is. It runs beside the other arms in ``one_eigh``, at
+``first_order_newton_track`` swapped in for ``inner_solvers.newton_track``; since 2026-12-06 it calls the library's
+``tracker="newton_dk"`` code, ``inner_solvers.first_order_certificate``) builds the direction and the bound at Lambda1
+from the carried multiplier's eigendecomposition instead of a second one: the bound is sum_i ||Z1 v_i|| over that
+eigenbasis (an upper bound on ||Z1||_* for any orthonormal basis, Schur-Horn; so the gap is still a certificate), the
+direction Z1 N1^{-1/2} with N1^{-1/2} to first order in that basis (Daleckii-Krein), made feasible as every candidate
+is. Changed after the criterion below was judged (2026-12-06, logged here and in chapter 04): the first run expanded
+N1^{-1/2} about N's eigenvalues; on rank-4 momenta (not among this benchmark's streams) that candidate certified
+nothing, so the expansion is now about diag(V^T N1 V) (the two agree to first order), and the benchmark was run again
+with it; the criterion is unchanged. It runs beside the other arms in ``one_eigh``, at
 ``float32_weights`` and in ``fixed_floor``. Criterion, set after a scratch run of the same prototype on the 18 draws at
 width 128 (2026-12-06) and before the runs at ``c_attn`` and on one momentum: it would be worth building into the
 library if (a) its settled e_W (as a multiple of Muon's) is within 0.05 of the library tracker's on every DGram draw at
