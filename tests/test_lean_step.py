@@ -668,14 +668,19 @@ def test_first_order_certificate_bounds_and_is_first_order(name, shape):
     V, _ = eig_sqrt(N(Lambda))
     factors = {}
     original = inner_solvers.feasible
-    try:  # read the factor Y off the candidate Span(a1 Y, Y) that the certificate hands to ``feasible``
-        inner_solvers.feasible = lambda pic_, X_, *a, **k: (factors.__setitem__("Y", X_.b), original(pic_, X_, *a, **k))[1]
+
+    def spy(pic_, X_, *args, **kwargs):  # the factor Y of the candidate Span(a1 Y, Y) the certificate makes feasible
+        factors["Y"] = X_.b
+        return original(pic_, X_, *args, **kwargs)
+
+    try:
+        inner_solvers.feasible = spy
         errors = {True: [], False: []}
         for h in (0.4, 0.04, 0.02):
             L1 = Lambda + h * X
             lam1, V1 = torch.linalg.eigh(N(L1))
             exact = (V1 / lam1.sqrt().unsqueeze(-2)) @ V1.mT
-            nuclear = float(torch.linalg.svdvals(Span_matrix(pic, L1)).sum())
+            nuclear = float(torch.linalg.svdvals(_z_matrix(pic, L1)).sum())
             for first_order in (True, False):
                 _, value, bound, _ = first_order_certificate(pic, L1, V, 1e-12, first_order)
                 assert float(bound) >= nuclear * (1 - 1e-12) and float(value) <= float(bound)
@@ -715,7 +720,7 @@ def test_newton_dk_keeps_certifying_on_low_rank_momenta(shape):
     assert med["newton_dk"] < min(0.5, med["newton"] + 0.15), med
 
 
-def Span_matrix(pic, Lambda):
+def _z_matrix(pic, Lambda):
     """Z = G + 2 W Lambda of a Gram picture, as the m x n matrix (float64)."""
     return pic.W.double() @ (pic.K0 + 2 * Lambda) + pic.C.double()
 

@@ -37,7 +37,8 @@ at their iteration caps) and ``dual_ascent_scaling`` (per size the post's dual a
   square Stiefel in closed form (one certificate); ``lean`` an eigh per iteration and the certificate's (one
   fewer with ``certify_first``; on Oblique in the matrix, ``oblique_step``: 6 m n^2 of float64 products for the
   certificate and 4 m n^2 an iteration; with ``tracker="newton"`` two, the default on DGram, its conjugate-gradient steps
-  four n x n float32 products each; with ``tracker="newton_dk"`` one, and 3 n^3 of float64 products more), ~``LEAN_N3`` n^3 of n x n products and
+  four n x n float32 products each; with ``tracker="newton_dk"`` one, and 3 n^3 of float64 products more),
+  ~``LEAN_N3`` n^3 of n x n products and
   12 m n^2; the sphere optimizers (``manifold_muon.optim.spheres``): MACRO and MuonH one msign (Polar
   Express, 5 steps, float32), SSO and FSO ``inner_steps`` (10) bisection msigns at the cap, and on the
   spectral sphere an SVD for each top singular pair and svdvals for each spectral norm (MACRO-spec: 2 SVDs,

@@ -153,9 +153,9 @@ def first_order_newton_track(pic, Lambda, t, cg_steps: int, rtol, dtype=torch.fl
     library's Newton step from the carried multiplier, then the candidate and the bound at the new multiplier Lambda1
     from the carried multiplier's eigendecomposition instead of a second one (``inner_solvers.first_order_certificate``:
     the Schur-Horn bound, the Daleckii-Krein first-order candidate), damped by the library tracker's rule
-    (``inner_solvers.damped``). Since 2026-12-06 (after this benchmark's run) the library's ``tracker="newton_dk"``,
-    ``newton_track(one_eigh=True)``, which gives the same step bit for bit (``tests/test_step_budget.py``); until then
-    this module's own copy of the same arithmetic. ``first_order=False`` drops the off-diagonal term: the Ritz candidate
+    (``inner_solvers.damped``). Since 2026-12-06 the library's ``tracker="newton_dk"`` step, bit for bit
+    (``tests/test_step_budget.py``); the benchmark's first run used this module's own copy, which expanded about N's
+    eigenvalues (module docstring). ``first_order=False`` drops the off-diagonal term: the Ritz candidate
     with the same bound (the arm ``ritz``, the variant ``bench.lean_newton``'s docstring measured before the tracker had
     its start and its preconditioner)."""
     _, V, s, Lambda1, _ = _newton_step(pic, Lambda, t, cg_steps, rtol, dtype, eig_dtype, precondition, eigenbasis)
