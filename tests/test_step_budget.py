@@ -247,3 +247,11 @@ def test_call_timer_sees_every_call(shape, manifold):
     assert timer.calls["eigendecompositions"] == c["eigh"] + c["eigvalsh"] + c["cholesky"] > 0
     assert timer.calls["n x n products"] + timer.calls["m x n products"] == c["matmul_full"] + c["matmul_small"]
     assert (timer.calls["m x n products"] > 0) == (shape[0] != shape[1])
+
+
+def test_low_rank_refuses_bad_input_first():
+    from manifold_muon_book.bench.low_rank import low_rank_gaps
+
+    for kw in (dict(shape=(16, 1)), dict(shape=(16, 8), rank=0), dict(shape=(16, 8), steps=4, skip=4)):
+        with pytest.raises(ValueError, match="low_rank_gaps"):
+            low_rank_gaps(**kw)

@@ -968,7 +968,7 @@ def damped(fell, Lambda1, Lambda, t):
     return torch.where(fell[..., None, None], Lambda1, Lambda), torch.where(fell, (2 * t).clamp_max(1), 0.5 * t)
 
 
-def first_order_certificate(pic: GramPicture, Lambda1, V, rtol, first_order: bool = True):
+def first_order_certificate(pic: GramPicture, Lambda1, V, rtol, first_order: bool = True, about=None):
     """(A, value, bound, A^T A) at the multiplier ``Lambda1`` from the eigenvectors V of N = Z^T Z taken at another
     multiplier (the carried one: ``newton_track(one_eigh=True)``), with no eigendecomposition of its own.
 
@@ -985,9 +985,10 @@ def first_order_certificate(pic: GramPicture, Lambda1, V, rtol, first_order: boo
       agree to first order in the step): M is positive semi-definite, so |M_ij| <= m_i m_j, and the first-order part
       of Z1 V [...] in V's basis, sum_i (Z1 v_i) M_ij / den_ij with ||Z1 v_i|| = m_i, has terms of size at most
       m_i^2 m_j / (m_i m_j (m_i + m_j)) < 1; about s, a direction that N had near null and the step filled
-      (m_i >> s_i) blew its terms up (measured 2026-12-06 on DGram streams of rank-4 momenta: that candidate certified
-      nothing, gap near 1 at nearly every step, where this one's median gap is the two-eigendecomposition tracker's
-      to 0.01, 0.20 against 0.19: ``tests/test_lean_step.py``). ``first_order=False`` drops the off-diagonal term (the Ritz candidate V diag(1/m) V^T, kept for the
+      (m_i >> s_i) blows its terms up (chapter 04 measures both on DGram streams of rank-4 momenta: about s the
+      candidate certified nothing at nearly every step; ``tests/test_lean_step.py``). ``about`` (N's singular values
+      s at the carried multiplier): expand about s^2 instead, the first version (2026-12-06), kept for that
+      comparison. ``first_order=False`` drops the off-diagonal term (the Ritz candidate V diag(1/m) V^T, kept for the
       benchmark ``step_budget``'s comparison).
     Three n x n products more than the certificate's own (M's two, the candidate's factor V inner V^T where the
     certificate's takes one), and no eigendecomposition where the certificate takes one."""
@@ -996,7 +997,7 @@ def first_order_certificate(pic: GramPicture, Lambda1, V, rtol, first_order: boo
     d = M.diagonal(dim1=-2, dim2=-1).clamp_min(0)
     m = d.sqrt()
     bound = m.sum(-1)
-    inner = -M / _dk_denominator(_floored(m)) if first_order else torch.zeros_like(M)
+    inner = -M / _dk_denominator(_floored(m if about is None else about)) if first_order else torch.zeros_like(M)
     inner.diagonal(dim1=-2, dim2=-1).copy_(inv_sqrt(m, rtol))
     Y = V @ inner @ V.mT
     A, value, AtA = feasible(pic, Span(a1 @ Y, Y), 0, fast=True, with_gram=True)

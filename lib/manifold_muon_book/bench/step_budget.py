@@ -148,18 +148,21 @@ def _newton_step(pic, Lambda, t, cg_steps, rtol, dtype, eig_dtype, precondition,
 
 
 def first_order_newton_track(pic, Lambda, t, cg_steps: int, rtol, dtype=torch.float32, eig_dtype=torch.float64,
-                             precondition: bool = True, eigenbasis: bool = False, first_order: bool = True):
+                             precondition: bool = True, eigenbasis: bool = False, first_order: bool = True,
+                             about_s: bool = False):
     """The first-order arm (module docstring, ``dk``), with ``inner_solvers.newton_track``'s signature and returns: the
     library's Newton step from the carried multiplier, then the candidate and the bound at the new multiplier Lambda1
     from the carried multiplier's eigendecomposition instead of a second one (``inner_solvers.first_order_certificate``:
     the Schur-Horn bound, the Daleckii-Krein first-order candidate), damped by the library tracker's rule
     (``inner_solvers.damped``). Since 2026-12-06 the library's ``tracker="newton_dk"`` step, bit for bit
     (``tests/test_step_budget.py``); the benchmark's first run used this module's own copy, which expanded about N's
-    eigenvalues (module docstring). ``first_order=False`` drops the off-diagonal term: the Ritz candidate
+    eigenvalues (module docstring; ``about_s=True`` runs it again, ``first_version``). ``first_order=False`` drops the
+    off-diagonal term: the Ritz candidate
     with the same bound (the arm ``ritz``, the variant ``bench.lean_newton``'s docstring measured before the tracker had
     its start and its preconditioner)."""
     _, V, s, Lambda1, _ = _newton_step(pic, Lambda, t, cg_steps, rtol, dtype, eig_dtype, precondition, eigenbasis)
-    A, value, bound, AtA = inner_solvers.first_order_certificate(pic, Lambda1, V, rtol, first_order)
+    A, value, bound, AtA = inner_solvers.first_order_certificate(pic, Lambda1, V, rtol, first_order,
+                                                                  about=s if about_s else None)
     return (A, value, bound, AtA, *inner_solvers.damped(bound < s.sum(-1), Lambda1, Lambda, t))
 
 
@@ -232,6 +235,12 @@ def swapped(arm: str):
 def lagged():
     """``inner_solvers.newton_track`` replaced by ``lagged_newton_track`` inside the block (this benchmark only)."""
     return _tracker(lagged_newton_track)
+
+
+def first_version():
+    """``inner_solvers.newton_track`` replaced by the first version of ``dk`` inside the block: the expansion about N's
+    eigenvalues at the carried multiplier, not about diag(V^T N1 V) (chapter 04's comparison on low-rank momenta)."""
+    return _tracker(functools.partial(first_order_newton_track, about_s=True))
 
 
 def first_order(first_order: bool = True):
