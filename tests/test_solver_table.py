@@ -22,6 +22,13 @@ def test_lean_rows_carry_a_steady_state_accuracy_judged_by_the_target():
     steady_miss = [m for m in by["lean"]["misses"] if m.startswith("e_W")]
     assert bool(steady_miss) == (by["lean"]["e_W_steady_lr0.02"] > bar)
     assert all("steady" in m for m in steady_miss)
+    # a comparison's row carries no target_ratio: judge takes the table's target for its shape and manifold
+    other = {k: v for k, v in by["lean"].items() if k != "target_ratio"}
+    assert solver_table.judge(other) == solver_table.judge(by["lean"])
+    over = dict(other, ratio=solver_table.target((24, 8), "stiefel") + 0.01)
+    assert solver_table.judge(over)[0].startswith("ratio")
+    # a NaN target (pandas fills it in for the comparison rows of a mixed table) is no target: the table's is used
+    assert solver_table.judge(dict(over, target_ratio=float("nan")))[0].startswith("ratio")
 
 
 def test_no_steady_state_without_a_longer_stream():
