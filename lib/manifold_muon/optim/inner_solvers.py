@@ -832,11 +832,12 @@ def _dk_denominator(sc):
     return sc.unsqueeze(-1) * sc.unsqueeze(-2) * (sc.unsqueeze(-1) + sc.unsqueeze(-2))
 
 
-def _hvp(pic: GramPicture, a, V, s, dtype):
+def _hvp(pic: GramPicture, a, V, s, dtype, mu=None):
     """Hess f [x] (``newton_track``'s Newton system, see the exact mode's derivation below) as a closure, in
     ``dtype``, by four n x n products a call (five with a full D): in N's eigenbasis,
     D dx N^{-1/2} + D a d(N^{-1/2}) = [D (dx V) diag(1/s) + (D a V) Ltilde] V^T, Ltilde the Daleckii-Krein
-    matrix of V^T dN V = (D a V)^T (dx V) + its transpose."""
+    matrix of V^T dN V = (D a V)^T (dx V) + its transpose. ``mu`` (per matrix; ``newton_solve``'s damping): the
+    first term (D dx N^{-1/2}'s) taken 1 + mu times."""
     P = pic.P
     sc = _floored(s, dtype)  # (an overflow of L in float32, a G far from unit scale: see newton_track)
     L = 1.0 / _dk_denominator(sc)
@@ -850,6 +851,9 @@ def _hvp(pic: GramPicture, a, V, s, dtype):
         D = pic.D.to(dtype)
         dmul = lambda X: D @ X  # noqa: E731
 
+    if mu is not None:
+        inv = inv * (1 + mu.to(dtype)[..., None, None])
+
     def hvp(x):  # 2 P(sym(inner(2 x))) = 2 P(inner(x) + inner(x)^T), inner linear
         xV = x @ V
         X = DaV.mT @ xV
@@ -859,7 +863,7 @@ def _hvp(pic: GramPicture, a, V, s, dtype):
     return hvp, DaV, V
 
 
-def _eigen_cg(pic: GramPicture, a, V, s, rtol, cg_steps: int, dtype, stop: float | None = None):
+def _eigen_cg(pic: GramPicture, a, V, s, rtol, cg_steps: int, dtype, stop: float | None = None, mu=None):
     """``newton_track``'s Newton direction where W^T W = c I and P is the identity (Stiefel: ``eigenbasis``), by
     conjugate gradients in N's eigenbasis. There the Hessian's first term, 2 (x N^{-1/2} + N^{-1/2} x) c, is
     diagonal: x_ij -> 2 c (1/s_i + 1/s_j) x_ij, so its exact inverse is the preconditioner (where the Jacobi
@@ -867,8 +871,10 @@ def _eigen_cg(pic: GramPicture, a, V, s, rtol, cg_steps: int, dtype, stop: float
     gradient is A_hat diag(1/s) + its transpose and a Hessian-vector product is 2 (I + I^T),
     I = c x diag(1/s) - A_hat ((A_hat^T x + x A_hat) o L), L the Daleckii-Krein matrix of ``_hvp``: two n x n
     products a CG step (four in ``_hvp``), two more to bring x back. ``stop`` (the exact mode, which may read the
-    host): end early once every residual's squared norm is below ``stop`` times its first. Returns x in the
-    weights' basis, in ``dtype``."""
+    host): end early once every residual's squared norm is below ``stop`` times its first. ``mu`` (per matrix; the
+    exact mode's Levenberg-Marquardt damping, ``newton_solve``): solve (Hess f + mu H1) x = -grad f instead, H1 the
+    first term, whose inverse then preconditions with the factor 1 + mu. Returns x in the weights' basis, in
+    ``dtype``."""
     sc = _floored(s, dtype)
     L = 1.0 / _dk_denominator(sc)
     inv = (1.0 / sc).unsqueeze(-2)
@@ -879,10 +885,16 @@ def _eigen_cg(pic: GramPicture, a, V, s, rtol, cg_steps: int, dtype, stop: float
     r = -(Y + Y.mT)  # -grad f, in the eigenbasis
     jac = 2 * c * (inv + inv.mT)
 
+    if mu is not None:  # Levenberg-Marquardt: mu times the first term, which is jac * x in this basis
+        mu = mu.to(dtype)[..., None, None]
+        jac_mu = jac * mu
+        jac = jac * (1 + mu)
+
     def hvp(x):
         X = Ah.mT @ x
         inner = c * x * inv - Ah @ ((X + X.mT) * L)
-        return 2 * (inner + inner.mT)
+        out = 2 * (inner + inner.mT)
+        return out if mu is None else out + jac_mu * x
 
     x = _pcg(hvp, r, lambda r: r / jac, cg_steps, stop)
     return Vd @ x @ Vd.mT
@@ -1013,14 +1025,32 @@ def newton_direction(pic: GramPicture, a, V, s, rtol, cg_steps: int, dtype=torch
         return _eigen_cg(pic, a, V, s, rtol, cg_steps, dtype)
     hvp, DaV, Vt = _hvp(pic, a, V, s, dtype)
     grad = 2 * pic.P(_sym((DaV * inv_sqrt(s, rtol).to(dtype).unsqueeze(-2)) @ Vt.mT))
-    if precondition:  # Jacobi on the first term of the Hessian, 2 P(D x N^{-1/2} + N^{-1/2} x D): its diagonal
-        d = torch.diagonal(pic.D, dim1=-2, dim2=-1).to(dtype)
-        nih = (Vt * Vt / _floored(s, dtype).unsqueeze(-2)).sum(-1)  # diag(N^{-1/2})
-        jac = 2 * (d.unsqueeze(-1) * nih.unsqueeze(-2) + nih.unsqueeze(-1) * d.unsqueeze(-2))
-        pre = lambda r: r / jac  # noqa: E731
-    else:
-        pre = lambda r: r  # noqa: E731
+    pre = _jacobi(pic, Vt, s, dtype) if precondition else (lambda r: r)
     return _pcg(hvp, -grad, pre, cg_steps)
+
+
+def _eigen_pre(pic: GramPicture, V, s, dtype, mu=None):
+    """P applied after the exact inverse of the first term with D replaced by its mean c I (in N's eigenbasis:
+    division by 2 c (1/s_i + 1/s_j), times 1 + mu): four n x n products an application."""
+    sc = _floored(s, dtype)
+    inv = (1.0 / sc).unsqueeze(-2)
+    c = torch.diagonal(pic.D, dim1=-2, dim2=-1).mean(-1).to(dtype)[..., None, None]
+    den = 2 * c * (inv + inv.mT)
+    if mu is not None:
+        den = den * (1 + mu.to(dtype)[..., None, None])
+    Vd = V.to(dtype)
+    return lambda r: pic.P(Vd @ ((Vd.mT @ r @ Vd) / den) @ Vd.mT)
+
+
+def _jacobi(pic: GramPicture, V, s, dtype, mu=None):
+    """Jacobi on the first term of the Hessian, 2 P(D x N^{-1/2} + N^{-1/2} x D): division by its diagonal (times
+    1 + mu, where ``mu`` damps, as in ``_hvp``), from N's eigenvectors V (in ``dtype``)."""
+    d = torch.diagonal(pic.D, dim1=-2, dim2=-1).to(dtype)
+    nih = (V * V / _floored(s, dtype).unsqueeze(-2)).sum(-1)  # diag(N^{-1/2})
+    jac = 2 * (d.unsqueeze(-1) * nih.unsqueeze(-2) + nih.unsqueeze(-1) * d.unsqueeze(-2))
+    if mu is not None:
+        jac = jac * (1 + mu.to(dtype)[..., None, None])
+    return lambda r: r / jac
 
 
 # ====================================================================== the exact mode: Newton on the dual
@@ -1034,9 +1064,12 @@ def newton_direction(pic: GramPicture, a, V, s, rtol, cg_steps: int, dtype=torch
 # conjugate gradients (the Hessian is positive semi-definite: f is convex).
 
 
-def _newton_direction(pic: GramPicture, a, V, s, grad, cg_steps: int):
+def _newton_direction(pic: GramPicture, a, V, s, grad, cg_steps: int, mu=None, stop=1e-12):
     """Approximately solve Hess f [x] = -grad by ``cg_steps`` conjugate-gradient steps (all matrices of the batch
-    together; a matrix whose residual is below 1e-12 of its gradient stops moving)."""
+    together; they end early once every residual's squared norm is below ``stop`` times its gradient's, a number or
+    one per matrix; a matrix below 1e-24 of it stops moving). ``mu`` (per matrix): solve
+    (Hess f + mu H1) x = -grad instead, H1 [x] = 4 P(sym(D x N^{-1/2})) the Hessian's first term (positive definite
+    on P's range), as ``_eigen_cg`` does in N's eigenbasis."""
     P = pic.P
     sc = _floored(s)
     L = 1.0 / _dk_denominator(sc)
@@ -1044,16 +1077,22 @@ def _newton_direction(pic: GramPicture, a, V, s, grad, cg_steps: int):
     Da = pic.dmul(a)
     DaV = Da @ V
 
+    m = None if mu is None else mu.to(grad.dtype)[..., None, None]
+
     def hvp(x):
         da = 2 * x
         X = DaV.mT @ (da @ V)
         dNih = V @ (-(X + X.mT) * L) @ V.mT
-        return 2 * P(_sym(pic.dmul(da) @ Nih + Da @ dNih))
+        first = pic.dmul(da) @ Nih
+        if m is None:
+            return 2 * P(_sym(first + Da @ dNih))
+        return 2 * P(_sym((1 + m) * first + Da @ dNih))
 
     x = torch.zeros_like(grad)
     r = -grad
     p = r
     rs = (r * r).sum((-2, -1))
+    end = stop * rs
     stop = 1e-24 * rs.clamp_min(torch.finfo(rs.dtype).tiny)  # alpha = 0 below this (x stays put)
     for _ in range(cg_steps):
         Ap = hvp(p)
@@ -1064,28 +1103,46 @@ def _newton_direction(pic: GramPicture, a, V, s, grad, cg_steps: int):
         rs_new = (r * r).sum((-2, -1))
         p = r + (rs_new / rs.clamp_min(torch.finfo(rs.dtype).tiny))[..., None, None] * p
         rs = rs_new
-        if not bool((rs > stop * 1e12).any()):  # every residual below 1e-12 of its gradient's norm squared
+        if not bool((rs > end).any()):  # every residual below ``stop`` of its gradient's norm squared
             break
     return x
 
 
 def _dual_value(pic: GramPicture, Lambda):
+    """f(Lambda) = ||G + 2 W Lambda||_* (one eigvalsh)."""
     a = pic.K0 + 2 * Lambda
     return torch.linalg.eigvalsh(_sym(a.mT @ pic.dmul(a) + pic.R)).clamp_min(0).sqrt().sum(-1)
 
 
+LM_START = 1.0  # the exact mode's first Levenberg-Marquardt damping (``newton_solve``: why 1)
+LM_TRIES = 8  # directions tried a Newton step before the multiplier stays where it is for that step
+
+
 def newton_solve(W, G, P, warm=None, tol=1e-8, steps=40, cg_steps=40, normalize=True,
                  eigenbasis: bool = False) -> GramSolve:
-    """The exact mode's engine: damped Newton-CG on the dual (see above), in float64, from ``warm`` (a previous
-    solve's (Lambda, U)) or the cold tangent-projection start, until the certified relative gap is <= ``tol``
-    or after ``steps`` Newton steps. Each step: one eigh (it gives the certificate's msign candidate, the
-    gradient and the Hessian's eigenbasis), ``cg_steps`` Hessian-vector products (five n x n products each)
-    and a backtracking line search on f (one eigvalsh per trial). Converges quadratically near the optimum
-    where Z* has full rank (measured: gap 2.6e-2, 2.1e-3, 1.6e-5, 7.5e-8 on successive steps); where it does
-    not (square DGram and Oblique: Z* is rank-deficient and f is not smooth there) the line search keeps it a
-    descent method. Returns the best certified candidate (the reported gap is a certificate). ``eigenbasis``
-    (W^T W = c I and P the identity: Stiefel): CG in N's eigenbasis, preconditioned by the exact inverse of the
-    Hessian's first term (``_eigen_cg``, two products a CG step), to the same relative residual."""
+    """The exact mode's engine: Newton-CG on the dual (see above), in float64, damped by Levenberg-Marquardt, from
+    ``warm`` (a previous solve's (Lambda, U)) or the cold tangent-projection start, until the certified relative gap
+    is <= ``tol`` or after ``steps`` Newton steps.
+
+    Each step: the certificate's msign candidate from the current eigendecomposition (one eigvalsh for its op-norm);
+    a direction by at most ``cg_steps`` conjugate-gradient steps on (Hess f + mu H1) x = -grad f, H1 the Hessian's
+    first term (positive definite on P's range); then one eigh at Lambda + x, which gives f there and is the next
+    step's eigendecomposition. Where f did not fall (to rounding) the step is not taken and mu grows 4x (up to
+    ``LM_TRIES`` directions a step); where it fell mu shrinks 4x, so that near the optimum the step is Newton's and
+    converges quadratically where Z* has full rank. CG stops once its residual is below the current gap times the
+    gradient's (the gap clamped to [1e-6, 0.1]: an inexact Newton method's forcing term, loose far from the optimum
+    and tight near it). Its products: with ``eigenbasis`` (W^T W = c I and P the identity: Stiefel) in N's
+    eigenbasis, preconditioned by the exact inverse of the damped first term (``_eigen_cg``, two n x n products a CG
+    step); elsewhere ``_hvp`` (four, five with a full D), preconditioned where W^T W is diagonal (DGram) by the
+    first term's exact inverse with D replaced by its mean (``_eigen_pre``, four more), else (Oblique) by its
+    diagonal (``_jacobi``).
+
+    Why the damping (2026-12-06): from the last optimizer step's multiplier at 768 x 2304 on Stiefel, the pure Newton
+    direction with a backtracking line search on f (this solve until then) crept for ten steps, the gap from 0.16 to
+    0.08 (N's small singular values make the second term nearly cancel the first in a few directions, so the full
+    step overshoots there), then converged in three: thirteen steps. Damped from mu = ``LM_START`` = 1 it took six,
+    every one accepted. Where Z* is rank-deficient (square DGram and Oblique: f is not smooth there) it stays a
+    descent method. Returns the best certified candidate (the reported gap is a certificate)."""
     if W.dtype != torch.float64:
         W, G = W.double(), G.double()
     Wt, Gt, wide = _tall_unit(W, G, normalize, views=True)
@@ -1095,15 +1152,27 @@ def newton_solve(W, G, P, warm=None, tol=1e-8, steps=40, cg_steps=40, normalize=
         Lambda = -0.5 * multiplier(pic, S + S.mT)
     else:
         Lambda = warm[0].to(torch.float64)
-    best_A, best_gap = None, None
-    iterations = torch.zeros(pic.D.shape[:-2], dtype=torch.long, device=pic.D.device)
-    for it in range(steps + 1):
+
+    def at(Lambda):  # (a, V, s, f) at a multiplier: one eigh
         a = pic.K0 + 2 * Lambda
         lam, V = torch.linalg.eigh(_sym(a.mT @ pic.dmul(a) + pic.R))
         s = lam.clamp_min(0).sqrt()
+        return a, V, s, s.sum(-1)
+
+    a, V, s, f = at(Lambda)
+    mu = torch.full_like(f, LM_START)
+    # CG's preconditioner off the eigenbasis: where W^T W is diagonal to float32's rounding (DGram: the projector
+    # keeps the off-diagonal part) the first term's exact inverse with D replaced by its mean; elsewhere (Oblique:
+    # the projector keeps the diagonal, and W^T W is far from diagonal) Jacobi. (One host read.)
+    d = pic.D.diagonal(dim1=-2, dim2=-1)
+    off = torch.linalg.matrix_norm(pic.D - torch.diag_embed(d))
+    near = bool((off <= 1e-4 * torch.linalg.vector_norm(d, dim=-1)).all())
+    precondition = _eigen_pre if near else _jacobi
+    best_A, best_gap = None, None
+    iterations = torch.zeros(pic.D.shape[:-2], dtype=torch.long, device=pic.D.device)
+    for it in range(steps + 1):
         Y = (V * inv_sqrt(s, 1e-10).unsqueeze(-2)) @ V.mT
         A, value = feasible(pic, Span(a @ Y, Y))
-        f = s.sum(-1)
         gap = _relative_gap(value, f)
         if best_A is None:
             best_A, best_gap = A, gap
@@ -1113,35 +1182,52 @@ def newton_solve(W, G, P, warm=None, tol=1e-8, steps=40, cg_steps=40, normalize=
             break
         moving = best_gap > tol
         iterations = iterations + moving
-        if eigenbasis:  # (it forms the gradient in the eigenbasis itself)
-            x = _eigen_cg(pic, a, V, s, 1e-10, cg_steps, torch.float64, stop=1e-12)
-        else:
-            x = _newton_direction(pic, a, V, s, 2 * P(_sym(pic.dmul(a) @ Y)), cg_steps)
-        t = torch.ones_like(f)
-        for _ in range(20):  # backtracking: halve where f did not decrease (to rounding), among those still moving
-            trial = Lambda + t[..., None, None] * x
-            worse = moving & (_dual_value(pic, trial) > f * (1 + 1e-13))
-            if not bool(worse.any()):
+        grad = None if eigenbasis else 2 * P(_sym(pic.dmul(a) @ Y))
+        stop = best_gap.clamp(1e-6, 1e-1).square()  # CG's relative residual: the gap, within [1e-6, 0.1]
+        for _ in range(LM_TRIES):
+            if eigenbasis:  # (it forms the gradient in the eigenbasis itself)
+                x = _eigen_cg(pic, a, V, s, 1e-10, cg_steps, torch.float64, stop=stop, mu=mu)
+            else:
+                hvp, _, _ = _hvp(pic, a, V, s, torch.float64, mu=mu)
+                x = _pcg(hvp, -grad, precondition(pic, V, s, torch.float64, mu), cg_steps, stop)
+            a1, V1, s1, f1 = at(Lambda + x)
+            fell = moving & (f1 <= f * (1 + 1e-13))  # (NaN compares False: not taken)
+            take = fell[..., None, None]
+            Lambda, a, V = torch.where(take, Lambda + x, Lambda), torch.where(take, a1, a), torch.where(take, V1, V)
+            s, f = torch.where(fell[..., None], s1, s), torch.where(fell, f1, f)
+            mu = torch.where(fell, 0.25 * mu, torch.where(moving, 4 * mu, mu))
+            moving = moving & ~fell
+            if not bool(moving.any()):
                 break
-            t = torch.where(worse, 0.5 * t, t)
-        Lambda = torch.where((moving & ~worse)[..., None, None], trial, Lambda)
     U = Span(torch.zeros_like(pic.D), torch.zeros_like(pic.D))
     return GramSolve(best_A, pic, Lambda, U, best_gap, iterations, wide)
 
 
-def exact_solve(W, G, P, warm=None, tol=1e-6, admm_steps=16, newton_steps=30, cg_steps=40, fallback_steps=400,
+def exact_solve(W, G, P, warm=None, tol=1e-6, admm_steps=16, newton_steps=30, cg_steps=20, fallback_steps=400,
                 normalize=True, eigenbasis: bool = False) -> GramSolve:
-    """The exact mode: ``gram_solve`` (warm-started ADMM, ``admm_steps``), then ``newton_solve`` from its multiplier
-    where the certificate is above ``tol``, then, where neither certified (a rank-deficient optimum, where the dual
-    is not smooth: square DGram), ADMM again up to ``fallback_steps``; per matrix the best certified candidate.
-    The returned gap is a certificate; a matrix can still end above ``tol`` (then the gap says by how much).
-    ``eigenbasis``: ``newton_solve``'s, for Stiefel."""
-    sol = gram_solve(W, G, P, steps=admm_steps, tol=tol, warm=warm, normalize=normalize)
-    if bool((sol.gap <= tol).all()):
-        return sol
-    nt = newton_solve(W, G, P, warm=(sol.Lambda, sol.U), tol=tol, steps=newton_steps, cg_steps=cg_steps,
-                      normalize=normalize, eigenbasis=eigenbasis)
-    sol = _better(sol, nt)
+    """The exact mode. Cold (``warm`` None): ``gram_solve`` (ADMM, ``admm_steps``), then ``newton_solve`` from its
+    multiplier where the certificate is above ``tol``. Warm (a training run's: the last step's multiplier):
+    ``newton_solve`` from it first, then ``gram_solve`` from it where Newton did not certify. Then, where neither
+    certified (a rank-deficient optimum, where the dual is not smooth: square DGram), ADMM again up to
+    ``fallback_steps``; per matrix the best certified candidate. The returned gap is a certificate; a matrix can still
+    end above ``tol`` (then the gap says by how much). ``eigenbasis``: ``newton_solve``'s, for Stiefel.
+
+    Why Newton first when warm (2026-12-06, chapter 04): the ADMM iterations are there to bring a cold start into
+    Newton's reach, and the last step's multiplier is already there; on GPT-2 small's rectangular Stiefel shapes
+    they cost as much as the Newton steps that followed and did not shorten them."""
+    if warm is None:
+        sol = gram_solve(W, G, P, steps=admm_steps, tol=tol, normalize=normalize)
+        if bool((sol.gap <= tol).all()):
+            return sol
+        nt = newton_solve(W, G, P, warm=(sol.Lambda, sol.U), tol=tol, steps=newton_steps, cg_steps=cg_steps,
+                          normalize=normalize, eigenbasis=eigenbasis)
+        sol = _better(sol, nt)
+    else:
+        sol = newton_solve(W, G, P, warm=warm, tol=tol, steps=newton_steps, cg_steps=cg_steps, normalize=normalize,
+                           eigenbasis=eigenbasis)
+        if bool((sol.gap <= tol).all()):
+            return sol
+        sol = _better(sol, gram_solve(W, G, P, steps=admm_steps, tol=tol, warm=warm, normalize=normalize))
     if bool((sol.gap <= tol).all()) or not fallback_steps:
         return sol
     more = gram_solve(W, G, P, steps=fallback_steps, tol=tol, warm=(sol.Lambda, sol.U), normalize=normalize)
