@@ -348,6 +348,75 @@ def test_exact_mode_is_one_argument_and_certifies(name):
     assert float(M.residual(W.detach())) < 1e-5
 
 
+@pytest.mark.parametrize("name", NAMES)
+@pytest.mark.parametrize("shape", [(40, 13), (13, 40)])
+def test_warm_exact_mode_takes_newton_first_and_stays_honest(name, shape):
+    """From the last step's multiplier (a training run's warm start) the exact mode runs Newton first: on a momentum
+    correlated with the last it certifies the asked gap within Newton steps alone (fewer iterations than the ADMM
+    stage it skips), its gap bounds its true relative sub-optimality, and it lands where a long ADMM solve does."""
+    from manifold_muon.optim.inner_solvers import exact_solve
+
+    g = torch.Generator().manual_seed(17 + NAMES.index(name) + shape[0])
+    M = get_manifold(name)
+    W = M.random_point(shape, generator=g, dtype=torch.float64)
+    G0 = spectrum_momentum(shape, g).double()
+    G1 = 0.95 * G0 + 0.3 * spectrum_momentum(shape, g).double()
+    last = exact_solve(W, G0, M.gram_projector, eigenbasis=name == "stiefel")  # cold: ADMM, then Newton
+    sol = exact_solve(W, G1, M.gram_projector, warm=(last.Lambda, last.U), eigenbasis=name == "stiefel")
+    assert float(sol.gap) <= 1e-6
+    assert int(sol.iterations) < 16  # Newton steps only: the ADMM stage (16) was not needed
+    assert_honest(sol, M, W, G1, torch.float64)
+    ref = gram_solve(W, G1, M.gram_projector, steps=4000, tol=1e-10)
+    assert float((sol.matrix() - ref.matrix()).norm() / ref.matrix().norm()) < 1e-3
+
+
+@pytest.mark.parametrize("n", [8, 9])
+def test_exact_mode_on_square_stiefel_keeps_the_closed_form_when_warm(n):
+    """On a square Stiefel weight the exact mode certifies the cold start (the closed form) before anything else,
+    warm or not: no iteration on any step, even and odd n (odd: S is singular, the dual is not smooth, and Newton
+    from the carried multiplier would not certify)."""
+    g = torch.Generator().manual_seed(n)
+    M = get_manifold("stiefel")
+    W = torch.nn.Parameter(M.random_point((n, n), generator=g))
+    opt = ManifoldMuon([W], lr=0.05, inner="exact")
+    for _ in range(3):
+        W.grad = spectrum_momentum((n, n), g)
+        opt.step()
+        assert float(opt.state[W]["duality_gap"]) <= 1e-6 and int(opt.state[W]["inner_iterations"]) == 0
+
+
+@pytest.mark.parametrize("shape", [(40, 12), (12, 40)])
+def test_damped_newton_systems_add_mu_times_the_first_term(shape):
+    """``newton_solve``'s Levenberg-Marquardt systems: ``_hvp(mu=m)`` is ``_hvp`` plus m times the Hessian's first
+    term (positive on P's range), and mu = 0 changes nothing. On Stiefel (D = I) ``_eigen_pre`` inverts that first
+    term exactly (what it approximates on DGram, D replaced by its mean), and ``_eigen_cg(mu=m)`` solves the damped
+    system to CG's tolerance."""
+    from manifold_muon.optim.inner_solvers import (_eigen_cg, _eigen_pre, _hvp, _sym, _tall_unit, eig_sqrt,
+                                                   gram_picture, inv_sqrt, multiplier)
+
+    g = torch.Generator().manual_seed(sum(shape))
+    M = get_manifold("stiefel")
+    W, G = M.random_point(shape, generator=g, dtype=torch.float64), spectrum_momentum(shape, g).double()
+    Wt, Gt, _ = _tall_unit(W, G, True, views=True)
+    pic = gram_picture(Wt, Gt, M.gram_projector, torch.float64, diagonal=True)
+    a = pic.K0 - multiplier(pic, pic.DK0 + pic.DK0.mT) + 0.05 * _sym(torch.randn(pic.D.shape, generator=g,
+                                                                                dtype=torch.float64))
+    V, s = eig_sqrt(_sym(a.mT @ pic.dmul(a) + pic.R))
+    mu = torch.tensor(0.7, dtype=torch.float64)
+    plain, _, _ = _hvp(pic, a, V, s, torch.float64)
+    damped, _, _ = _hvp(pic, a, V, s, torch.float64, mu=mu)
+    undamped, _, _ = _hvp(pic, a, V, s, torch.float64, mu=torch.zeros(()))
+    x = _sym(torch.randn(pic.D.shape, generator=g, dtype=torch.float64))
+    first = (damped(x) - plain(x)) / mu
+    assert float((undamped(x) - plain(x)).abs().max()) <= 1e-12 * float(plain(x).abs().max())
+    assert float((x * first).sum()) > 0
+    back = _eigen_pre(pic, V, s, torch.float64)(first)
+    assert float((back - x).norm() / x.norm()) < 1e-10
+    y = _eigen_cg(pic, a, V, s, 1e-10, 200, torch.float64, stop=1e-24, mu=mu)
+    grad = 2 * _sym((pic.dmul(a) @ V * inv_sqrt(s, 1e-10).unsqueeze(-2)) @ V.mT)
+    assert float((damped(y) + grad).norm() / grad.norm()) < 1e-8
+
+
 @pytest.mark.parametrize("make", [lambda ps: Muon(ps), lambda ps: ManifoldMuon(ps, manifold="dgram", inner="lean"),
                                   lambda ps: ManifoldMuon(ps, inner="lean"),  # Stiefel: (8, 8) in closed form
                                   lambda ps: __import__("manifold_muon").MACRO(ps, lr=0.01, manifold="spectral_sphere"),

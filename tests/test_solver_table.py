@@ -158,3 +158,18 @@ def test_a_recounted_part_replaces_only_the_operation_counts(tmp_path):
     for r in merged["rows"]:
         old = before[(tuple(r["shape"]), r["variant"])]
         assert r["ratio"] == old["ratio"] and r["misses"] == old["misses"] and r["gap"] == old["gap"]
+
+
+def test_the_exact_mode_is_judged_by_item_3():
+    """``judge_exact``: an exact-mode row misses where it costs more than 20 Muon steps or, where a reference measured
+    it, its e_W at lr 0.1 is above 0.5%; a row with no reference is judged on its ratio alone; another variant's row
+    is refused."""
+    row = dict(shape=[768, 2304], manifold="dgram", variant="exact", ratio=19.9, **{"e_W_lr0.1": 0.004})
+    assert solver_table.judge_exact(row) == []
+    assert solver_table.judge_exact(dict(row, ratio=47.0)) == ["ratio 47.0 > 20"]
+    assert solver_table.judge_exact(dict(row, **{"e_W_lr0.1": 0.0061})) == ["e_W at lr 0.1 0.61% > 0.5%"]
+    no_ref = {k: v for k, v in row.items() if k != "e_W_lr0.1"}
+    assert solver_table.judge_exact(dict(no_ref, ratio=25.0)) == ["ratio 25.0 > 20"]
+    assert solver_table.judge_exact(dict(row, **{"e_W_lr0.1": float("nan")})) == []
+    with pytest.raises(ValueError, match="exact mode's rows"):
+        solver_table.judge_exact(dict(row, variant="lean"))

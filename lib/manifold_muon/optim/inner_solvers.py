@@ -1205,18 +1205,20 @@ def newton_solve(W, G, P, warm=None, tol=1e-8, steps=40, cg_steps=40, normalize=
 
 def exact_solve(W, G, P, warm=None, tol=1e-6, admm_steps=16, newton_steps=30, cg_steps=20, fallback_steps=400,
                 normalize=True, eigenbasis: bool = False) -> GramSolve:
-    """The exact mode. Cold (``warm`` None): ``gram_solve`` (ADMM, ``admm_steps``), then ``newton_solve`` from its
-    multiplier where the certificate is above ``tol``. Warm (a training run's: the last step's multiplier):
-    ``newton_solve`` from it first, then ``gram_solve`` from it where Newton did not certify. Then, where neither
-    certified (a rank-deficient optimum, where the dual is not smooth: square DGram), ADMM again up to
-    ``fallback_steps``; per matrix the best certified candidate. The returned gap is a certificate; a matrix can still
-    end above ``tol`` (then the gap says by how much). ``eigenbasis``: ``newton_solve``'s, for Stiefel.
+    """The exact mode. On a rectangular weight from ``warm`` (a training run's: the last step's multiplier):
+    ``newton_solve`` from it first, then ``gram_solve`` (ADMM, ``admm_steps``) from it where Newton did not certify.
+    Cold (``warm`` None), and on a square weight: ``gram_solve`` first (on a square W it certifies the cold start
+    first, which is the closed form on square Stiefel; square DGram and Oblique have rank-deficient optima, where the
+    dual is not smooth and Newton does not certify), then ``newton_solve`` from its multiplier where the certificate
+    is above ``tol``. Then, where neither certified, ADMM again up to ``fallback_steps``; per matrix the best certified
+    candidate. The returned gap is a certificate; a matrix can still end above ``tol`` (then the gap says by how
+    much). ``eigenbasis``: ``newton_solve``'s, for Stiefel.
 
     Why Newton first when warm (2026-12-06, chapter 04): the ADMM iterations are there to bring a cold start into
     Newton's reach, and the last step's multiplier is already there; on GPT-2 small's rectangular Stiefel shapes
     they cost as much as the Newton steps that followed and did not shorten them."""
-    if warm is None:
-        sol = gram_solve(W, G, P, steps=admm_steps, tol=tol, normalize=normalize)
+    if warm is None or W.size(-2) == W.size(-1):
+        sol = gram_solve(W, G, P, steps=admm_steps, tol=tol, warm=warm, normalize=normalize)
         if bool((sol.gap <= tol).all()):
             return sol
         nt = newton_solve(W, G, P, warm=(sol.Lambda, sol.U), tol=tol, steps=newton_steps, cg_steps=cg_steps,

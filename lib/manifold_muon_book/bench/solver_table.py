@@ -254,6 +254,24 @@ def judge(row) -> list[str]:
     return misses
 
 
+EXACT_RATIO, EXACT_E_W = 20.0, 0.005  # issue 19, item 3: the exact mode within 20 Muon steps, e_W at lr 0.1 <= 0.5%
+
+
+def judge_exact(row) -> list[str]:
+    """The exact mode's misses of issue 19's item 3 from a row of the variant ``exact``: its ratio against
+    ``EXACT_RATIO`` and, where a certified reference measured it, e_W at lr 0.1 against ``EXACT_E_W`` (a row without
+    one is not judged on accuracy: no reference, nothing to judge against)."""
+    if row["variant"] != "exact":
+        raise ValueError(f"judge_exact judges the exact mode's rows, got variant {row['variant']!r}")
+    misses = []
+    if row["ratio"] > EXACT_RATIO:
+        misses.append(f"ratio {row['ratio']:.1f} > {EXACT_RATIO:.0f}")
+    e = row.get("e_W_lr0.1")
+    if e is not None and not math.isnan(e) and e > EXACT_E_W:
+        misses.append(f"e_W at lr 0.1 {100 * e:.2f}% > {100 * EXACT_E_W:.1f}%")
+    return misses
+
+
 def target(shape, manifold):
     square = shape[0] == shape[1]
     if square and manifold == "stiefel":
