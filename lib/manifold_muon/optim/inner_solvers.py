@@ -1064,12 +1064,9 @@ def _jacobi(pic: GramPicture, V, s, dtype, mu=None):
 # conjugate gradients (the Hessian is positive semi-definite: f is convex).
 
 
-def _newton_direction(pic: GramPicture, a, V, s, grad, cg_steps: int, mu=None, stop=1e-12):
+def _newton_direction(pic: GramPicture, a, V, s, grad, cg_steps: int):
     """Approximately solve Hess f [x] = -grad by ``cg_steps`` conjugate-gradient steps (all matrices of the batch
-    together; they end early once every residual's squared norm is below ``stop`` times its gradient's, a number or
-    one per matrix; a matrix below 1e-24 of it stops moving). ``mu`` (per matrix): solve
-    (Hess f + mu H1) x = -grad instead, H1 [x] = 4 P(sym(D x N^{-1/2})) the Hessian's first term (positive definite
-    on P's range), as ``_eigen_cg`` does in N's eigenbasis."""
+    together; a matrix whose residual is below 1e-12 of its gradient stops moving)."""
     P = pic.P
     sc = _floored(s)
     L = 1.0 / _dk_denominator(sc)
@@ -1077,22 +1074,16 @@ def _newton_direction(pic: GramPicture, a, V, s, grad, cg_steps: int, mu=None, s
     Da = pic.dmul(a)
     DaV = Da @ V
 
-    m = None if mu is None else mu.to(grad.dtype)[..., None, None]
-
     def hvp(x):
         da = 2 * x
         X = DaV.mT @ (da @ V)
         dNih = V @ (-(X + X.mT) * L) @ V.mT
-        first = pic.dmul(da) @ Nih
-        if m is None:
-            return 2 * P(_sym(first + Da @ dNih))
-        return 2 * P(_sym((1 + m) * first + Da @ dNih))
+        return 2 * P(_sym(pic.dmul(da) @ Nih + Da @ dNih))
 
     x = torch.zeros_like(grad)
     r = -grad
     p = r
     rs = (r * r).sum((-2, -1))
-    end = stop * rs
     stop = 1e-24 * rs.clamp_min(torch.finfo(rs.dtype).tiny)  # alpha = 0 below this (x stays put)
     for _ in range(cg_steps):
         Ap = hvp(p)
@@ -1103,7 +1094,7 @@ def _newton_direction(pic: GramPicture, a, V, s, grad, cg_steps: int, mu=None, s
         rs_new = (r * r).sum((-2, -1))
         p = r + (rs_new / rs.clamp_min(torch.finfo(rs.dtype).tiny))[..., None, None] * p
         rs = rs_new
-        if not bool((rs > end).any()):  # every residual below ``stop`` of its gradient's norm squared
+        if not bool((rs > stop * 1e12).any()):  # every residual below 1e-12 of its gradient's norm squared
             break
     return x
 
