@@ -364,8 +364,9 @@ def main(out_dir: Path, quick: bool = False, ref_max_n: int = 768, exact_max_n: 
          fail_on_miss: bool | None = None, shapes=None, name: str = "solver_table", repeats: int | None = None,
          warmup: int | None = None, steady: int | None = None, variants=TABLE_VARIANTS,
          manifolds=MANIFOLDS, steady_variants=(), timing=None) -> dict:
-    """``exact_max_n``: the exact variant is timed only where the short side is at most this (at GPT-2 small's
-    shapes one exact step takes minutes on one CPU thread; its accuracy is the reference's). ``ref_max_n``:
+    """``exact_max_n``: the exact variant is timed only where the short side is at most this (by default the CPU
+    presets' widths: at GPT-2 small's shapes each of its rows takes minutes on one CPU thread, most of it in cold
+    exact solves, so those rows are a part of their own, ``solver_table_exact_gpt2``, chapter 04). ``ref_max_n``:
     e_W is measured where the short side is at most this (0: timing only, as ``runs/gpu_check.sh`` runs it).
     ``fail_on_miss`` (default: not ``quick``): exit non-zero when the lean step misses a target. ``shapes`` and
     ``name`` (the output file's stem): a part of the table, e.g. to run the CPU and GPT-2 shapes in two processes
