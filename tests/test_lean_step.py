@@ -316,7 +316,8 @@ def test_newton_certifies_quickly_and_agrees_with_admm(name, shape):
 def test_stiefel_newton_in_the_eigenbasis_certifies_the_same_optimum_in_fewer_products(shape):
     """``newton_solve(eigenbasis=True)`` (Stiefel's exact mode: CG in N's eigenbasis, preconditioned by the exact
     inverse of the Hessian's first term) certifies a relative gap <= 1e-8 from the cold start, lands on the optimum
-    the unpreconditioned CG of the weights' basis lands on, and spends fewer n x n products doing it."""
+    that the same system solved with its vectors in the weights' basis lands on (``_diagonal_cg``: six n x n
+    products a CG step where the eigenbasis takes two), and spends fewer n x n products doing it."""
     from manifold_muon.optim.inner_solvers import newton_solve
 
     g = torch.Generator().manual_seed(sum(shape))
@@ -331,7 +332,8 @@ def test_stiefel_newton_in_the_eigenbasis_certifies_the_same_optimum_in_fewer_pr
     assert float(sols[True].gap) <= 1e-8 and float(sols[False].gap) <= 1e-8
     A, B = sols[True].matrix(), sols[False].matrix()
     assert float((A - B).norm() / B.norm()) < 1e-4
-    assert products[True] < 0.5 * products[False]  # measured: a quarter
+    print(shape, products)
+    assert products[True] < 0.9 * products[False]  # measured: 0.75 at 24 x 8 (a step's certificate costs as much)
 
 
 @pytest.mark.parametrize("name", NAMES)
@@ -388,10 +390,9 @@ def test_exact_mode_on_square_stiefel_keeps_the_closed_form_when_warm(n):
 @pytest.mark.parametrize("shape", [(40, 12), (12, 40)])
 def test_damped_newton_systems_add_mu_times_the_first_term(shape):
     """``newton_solve``'s Levenberg-Marquardt systems: ``_hvp(mu=m)`` is ``_hvp`` plus m times the Hessian's first
-    term (positive on P's range), and mu = 0 changes nothing. On Stiefel (D = I) ``_eigen_pre`` inverts that first
-    term exactly (what it approximates on DGram, D replaced by its mean), and ``_eigen_cg(mu=m)`` solves the damped
-    system to CG's tolerance."""
-    from manifold_muon.optim.inner_solvers import (_eigen_cg, _eigen_pre, _hvp, _sym, _tall_unit, eig_sqrt,
+    term (positive on P's range), and mu = 0 changes nothing. ``_eigen_cg(mu=m)`` and ``_diagonal_cg(mu=m)`` with
+    the identity projector (its vectors carried as X V) solve that damped system to CG's tolerance."""
+    from manifold_muon.optim.inner_solvers import (_diagonal_cg, _eigen_cg, _hvp, _sym, _tall_unit, eig_sqrt,
                                                    gram_picture, inv_sqrt, multiplier)
 
     g = torch.Generator().manual_seed(sum(shape))
@@ -410,11 +411,40 @@ def test_damped_newton_systems_add_mu_times_the_first_term(shape):
     first = (damped(x) - plain(x)) / mu
     assert float((undamped(x) - plain(x)).abs().max()) <= 1e-12 * float(plain(x).abs().max())
     assert float((x * first).sum()) > 0
-    back = _eigen_pre(pic, V, s, torch.float64)(first)
-    assert float((back - x).norm() / x.norm()) < 1e-10
     y = _eigen_cg(pic, a, V, s, 1e-10, 200, torch.float64, stop=1e-24, mu=mu)
     grad = 2 * _sym((pic.dmul(a) @ V * inv_sqrt(s, 1e-10).unsqueeze(-2)) @ V.mT)
     assert float((damped(y) + grad).norm() / grad.norm()) < 1e-8
+    z = _diagonal_cg(pic, a, V, s, grad, 200, torch.float64, stop=1e-24, mu=mu, off=False)
+    assert float((damped(_sym(z)) + grad).norm() / grad.norm()) < 1e-8
+
+
+@pytest.mark.parametrize("shape", [(40, 12), (12, 40), (33, 33)])
+def test_diagonal_cg_solves_the_damped_dgram_system(shape):
+    """``_diagonal_cg`` (DGram's exact-mode CG: vectors carried right-multiplied by V, six products a step) solves the
+    same damped, P-projected system as ``_hvp``: in float64 to CG's tolerance, with a zero diagonal (P's range), and
+    in float32, which ``newton_solve`` uses, to a relative residual of 1e-3."""
+    from manifold_muon.optim.inner_solvers import (_diagonal_cg, _hvp, _sym, _tall_unit, eig_sqrt, gram_picture,
+                                                   inv_sqrt, multiplier)
+
+    g = torch.Generator().manual_seed(7 + sum(shape))
+    M = get_manifold("dgram")
+    scale = torch.linspace(0.5, 2.0, min(shape), dtype=torch.float64)  # column norms apart: D is not c I
+    W = M.random_point(shape, generator=g, dtype=torch.float64)
+    W = W * scale if shape[0] >= shape[1] else scale.unsqueeze(-1) * W
+    G = spectrum_momentum(shape, g).double()
+    Wt, Gt, _ = _tall_unit(W, G, True, views=True)
+    pic = gram_picture(Wt, Gt, M.gram_projector, torch.float64, diagonal=True)
+    a = pic.K0 - multiplier(pic, pic.DK0 + pic.DK0.mT) + 0.05 * M.gram_projector(
+        _sym(torch.randn(pic.D.shape, generator=g, dtype=torch.float64)))
+    V, s = eig_sqrt(_sym(a.mT @ pic.dmul(a) + pic.R))
+    mu = torch.tensor(0.3, dtype=torch.float64)
+    damped, _, _ = _hvp(pic, a, V, s, torch.float64, mu=mu)
+    grad = 2 * M.gram_projector(_sym((pic.dmul(a) @ V * inv_sqrt(s, 1e-10).unsqueeze(-2)) @ V.mT))
+    x = _diagonal_cg(pic, a, V, s, grad, 400, torch.float64, stop=1e-24, mu=mu)
+    assert float(torch.diagonal(x).abs().max()) <= 1e-12 * float(x.abs().max())
+    assert float((damped(_sym(x)) + grad).norm() / grad.norm()) < 1e-8
+    x32 = _diagonal_cg(pic, a, V, s, grad, 400, torch.float32, stop=1e-10, mu=mu).double()
+    assert float((damped(_sym(x32)) + grad).norm() / grad.norm()) < 1e-3
 
 
 @pytest.mark.parametrize("make", [lambda ps: Muon(ps), lambda ps: ManifoldMuon(ps, manifold="dgram", inner="lean"),

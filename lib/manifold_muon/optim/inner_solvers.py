@@ -832,6 +832,15 @@ def _dk_denominator(sc):
     return sc.unsqueeze(-1) * sc.unsqueeze(-2) * (sc.unsqueeze(-1) + sc.unsqueeze(-2))
 
 
+def _first_term_divisor(pic: GramPicture, sc, dtype):
+    """2 c (1/s_i + 1/s_j), c the mean of W^T W's diagonal, for floored roots ``sc`` (``_floored``): in N's eigenbasis
+    the Hessian's first term, 2 (x N^{-1/2} + N^{-1/2} x) c, is x_ij times it (exactly where W^T W = c I). The
+    preconditioner of ``_eigen_cg`` and ``_diagonal_cg`` divides by it."""
+    inv = (1.0 / sc).unsqueeze(-2)
+    c = torch.diagonal(pic.D, dim1=-2, dim2=-1).mean(-1).to(dtype)[..., None, None]
+    return 2 * c * (inv + inv.mT)
+
+
 def _hvp(pic: GramPicture, a, V, s, dtype, mu=None):
     """Hess f [x] (``newton_track``'s Newton system, see the exact mode's derivation below) as a closure, in
     ``dtype``, by four n x n products a call (five with a full D): in N's eigenbasis,
@@ -863,7 +872,8 @@ def _hvp(pic: GramPicture, a, V, s, dtype, mu=None):
     return hvp, DaV, V
 
 
-def _eigen_cg(pic: GramPicture, a, V, s, rtol, cg_steps: int, dtype, stop: float | None = None, mu=None):
+def _eigen_cg(pic: GramPicture, a, V, s, rtol, cg_steps: int, dtype, stop: float | None = None, mu=None,
+              grad_dtype=None):
     """``newton_track``'s Newton direction where W^T W = c I and P is the identity (Stiefel: ``eigenbasis``), by
     conjugate gradients in N's eigenbasis. There the Hessian's first term, 2 (x N^{-1/2} + N^{-1/2} x) c, is
     diagonal: x_ij -> 2 c (1/s_i + 1/s_j) x_ij, so its exact inverse is the preconditioner (where the Jacobi
@@ -873,17 +883,22 @@ def _eigen_cg(pic: GramPicture, a, V, s, rtol, cg_steps: int, dtype, stop: float
     products a CG step (four in ``_hvp``), two more to bring x back. ``stop`` (the exact mode, which may read the
     host): end early once every residual's squared norm is below ``stop`` times its first. ``mu`` (per matrix; the
     exact mode's Levenberg-Marquardt damping, ``newton_solve``): solve (Hess f + mu H1) x = -grad f instead, H1 the
-    first term, whose inverse then preconditions with the factor 1 + mu. Returns x in the weights' basis, in
-    ``dtype``."""
+    first term, whose inverse then preconditions with the factor 1 + mu. ``grad_dtype`` (the exact mode: float64):
+    the gradient's own precision where it differs from the products' (a sum of terms of order one that cancel to the
+    gap near the optimum: measured, formed in float32 it is rounding once the gap is below ~1e-5, and the exact mode
+    stalled there on Stiefel). Returns x in the weights' basis, in ``dtype``."""
     sc = _floored(s, dtype)
     L = 1.0 / _dk_denominator(sc)
     inv = (1.0 / sc).unsqueeze(-2)
     Vd = V.to(dtype)
     c = torch.diagonal(pic.D, dim1=-2, dim2=-1).mean(-1).to(dtype)[..., None, None]
-    Ah = Vd.mT @ (pic.dmul(a).to(dtype) @ Vd)
-    Y = Ah * inv_sqrt(s, rtol).to(dtype).unsqueeze(-2)
-    r = -(Y + Y.mT)  # -grad f, in the eigenbasis
-    jac = 2 * c * (inv + inv.mT)
+    gd = dtype if grad_dtype is None else grad_dtype
+    Vg = V.to(gd)
+    Ah = Vg.mT @ (pic.dmul(a).to(gd) @ Vg)
+    Y = Ah * inv_sqrt(s, rtol).to(gd).unsqueeze(-2)
+    r = -(Y + Y.mT).to(dtype)  # -grad f, in the eigenbasis
+    Ah = Ah.to(dtype)
+    jac = _first_term_divisor(pic, sc, dtype)
 
     if mu is not None:  # Levenberg-Marquardt: mu times the first term, which is jac * x in this basis
         mu = mu.to(dtype)[..., None, None]
@@ -1029,23 +1044,60 @@ def newton_direction(pic: GramPicture, a, V, s, rtol, cg_steps: int, dtype=torch
     return _pcg(hvp, -grad, pre, cg_steps)
 
 
-def _eigen_pre(pic: GramPicture, V, s, dtype, mu=None):
-    """P applied after the exact inverse of the first term with D replaced by its mean c I (in N's eigenbasis:
-    division by 2 c (1/s_i + 1/s_j), times 1 + mu): four n x n products an application."""
+def _projector_kind(P, like) -> str | None:
+    """"identity" (Stiefel) or "off" (DGram: the diagonal zeroed) where the multiplier space's projector ``P`` is one
+    of the two, else None: read off P of the all-ones matrix (one host read)."""
+    ones = torch.ones_like(like)
+    Q = P(ones)
+    if bool((Q == ones).all()):
+        return "identity"
+    if bool((Q == ones - torch.eye(ones.size(-1), dtype=ones.dtype, device=ones.device)).all()):
+        return "off"
+    return None
+
+
+def _diagonal_cg(pic: GramPicture, a, V, s, grad, cg_steps: int, dtype, stop: float | None = None, mu=None,
+                 off: bool = True):
+    """The exact mode's Newton direction where W^T W is diagonal but the projector is not the identity (DGram: P
+    zeroes the diagonal), with D taken as diag(d) in the Hessian (the gradient ``grad``, formed by the caller, has
+    the whole D): the same system and preconditioner as ``_hvp`` with ``_eigen_pre``, with every CG vector carried
+    right-multiplied by V (X V for X; CG's inner products are the same, V being orthogonal), so that a step takes six
+    n x n products where the two took eight. With I = (D p N^{-1/2} + D a d(N^{-1/2})[p]) (``_hvp``'s inner), I V is
+    two products from p V; P(I + I^T) V = I V + V (V^T I V)^T - 2 diag(I) V (P zeroes the diagonal, and the row
+    scaling diag(.) V is free; diag(I)_i = sum_k (I V)_ik V_ik), two more; the preconditioner's
+    P(V ((V^T r V) / den) V^T) V = V z - diag(V z V^T) V with z = (V^T r V) / den, two. ``off`` False: P is the
+    identity (Stiefel, where ``_eigen_cg`` takes two products a step), and the diagonal terms are dropped. Returns x
+    in the weights' basis, in ``dtype``."""
     sc = _floored(s, dtype)
+    L = 1.0 / _dk_denominator(sc)
     inv = (1.0 / sc).unsqueeze(-2)
-    c = torch.diagonal(pic.D, dim1=-2, dim2=-1).mean(-1).to(dtype)[..., None, None]
-    den = 2 * c * (inv + inv.mT)
+    d = torch.diagonal(pic.D, dim1=-2, dim2=-1).to(dtype).unsqueeze(-1)
+    den = _first_term_divisor(pic, sc, dtype)
+    first = inv
     if mu is not None:
-        den = den * (1 + mu.to(dtype)[..., None, None])
+        m1 = (1 + mu.to(dtype))[..., None, None]
+        den, first = den * m1, inv * m1
     Vd = V.to(dtype)
-    return lambda r: pic.P(Vd @ ((Vd.mT @ r @ Vd) / den) @ Vd.mT)
+    DaV = (d * a.to(dtype)) @ Vd
+
+    def hvp(pV):
+        X = DaV.mT @ pV
+        IV = d * pV * first - DaV @ ((X + X.mT) * L)
+        out = IV + Vd @ (Vd.mT @ IV).mT
+        return 2 * (out - 2 * (IV * Vd).sum(-1, keepdim=True) * Vd if off else out)
+
+    def pre(rV):
+        VZ = Vd @ ((Vd.mT @ rV) / den)
+        return VZ - (VZ * Vd).sum(-1, keepdim=True) * Vd if off else VZ
+
+    return _pcg(hvp, -(grad.to(dtype) @ Vd), pre, cg_steps, stop) @ Vd.mT
 
 
 def _jacobi(pic: GramPicture, V, s, dtype, mu=None):
     """Jacobi on the first term of the Hessian, 2 P(D x N^{-1/2} + N^{-1/2} x D): division by its diagonal (times
     1 + mu, where ``mu`` damps, as in ``_hvp``), from N's eigenvectors V (in ``dtype``)."""
     d = torch.diagonal(pic.D, dim1=-2, dim2=-1).to(dtype)
+    V = V.to(dtype)
     nih = (V * V / _floored(s, dtype).unsqueeze(-2)).sum(-1)  # diag(N^{-1/2})
     jac = 2 * (d.unsqueeze(-1) * nih.unsqueeze(-2) + nih.unsqueeze(-1) * d.unsqueeze(-2))
     if mu is not None:
@@ -1107,10 +1159,11 @@ def _dual_value(pic: GramPicture, Lambda):
 
 LM_START = 1.0  # the exact mode's first Levenberg-Marquardt damping (``newton_solve``: why 1)
 LM_TRIES = 8  # directions tried a Newton step before the multiplier stays where it is for that step
+FORCING_MIN, FORCING_MAX = 1e-12, 1e-2  # CG's squared relative residual in the exact mode: the gap, clamped
 
 
 def newton_solve(W, G, P, warm=None, tol=1e-8, steps=40, cg_steps=40, normalize=True,
-                 eigenbasis: bool = False) -> GramSolve:
+                 eigenbasis: bool = False, cg_dtype=torch.float32) -> GramSolve:
     """The exact mode's engine: Newton-CG on the dual (see above), in float64, damped by Levenberg-Marquardt, from
     ``warm`` (a previous solve's (Lambda, U)) or the cold tangent-projection start, until the certified relative gap
     is <= ``tol`` or after ``steps`` Newton steps.
@@ -1120,13 +1173,21 @@ def newton_solve(W, G, P, warm=None, tol=1e-8, steps=40, cg_steps=40, normalize=
     first term (positive definite on P's range); then one eigh at Lambda + x, which gives f there and is the next
     step's eigendecomposition. Where f did not fall (to rounding) the step is not taken and mu grows 4x (up to
     ``LM_TRIES`` directions a step); where it fell mu shrinks 4x, so that near the optimum the step is Newton's and
-    converges quadratically where Z* has full rank. CG stops once its residual is below the current gap times the
-    gradient's (the gap clamped to [1e-6, 0.1]: an inexact Newton method's forcing term, loose far from the optimum
-    and tight near it). Its products: with ``eigenbasis`` (W^T W = c I and P the identity: Stiefel) in N's
-    eigenbasis, preconditioned by the exact inverse of the damped first term (``_eigen_cg``, two n x n products a CG
-    step); elsewhere ``_hvp`` (four, five with a full D), preconditioned where W^T W is diagonal (DGram) by the
-    first term's exact inverse with D replaced by its mean (``_eigen_pre``, four more), else (Oblique) by its
-    diagonal (``_jacobi``).
+    converges quadratically where Z* has full rank. CG stops once its squared relative residual is below the
+    current gap (clamped to [``FORCING_MIN``, ``FORCING_MAX``] = [1e-12, 1e-2]: an inexact Newton method's forcing
+    term, the relative residual the gap's square root, loose far from the optimum and tight near it). CG's products
+    are in ``cg_dtype`` (float32: the direction only has to be a good one, the gradient is formed in float64 and the
+    direction is put back into P's range exactly), with ``eigenbasis`` (W^T W = c I and P the identity: Stiefel) in
+    N's eigenbasis, preconditioned by the exact inverse of the damped first term (``_eigen_cg``, two n x n products
+    a CG step); where W^T W is diagonal and P keeps the off-diagonal part (DGram), by the same preconditioner with D
+    replaced by its mean, every vector carried right-multiplied by V (``_diagonal_cg``, six); elsewhere (Oblique)
+    ``_hvp`` (five with a full D) preconditioned by the first term's diagonal (``_jacobi``).
+
+    Why these settings (2026-12-07, chapter 04): at 384 x 1152 from the last step's multiplier, on DGram the forcing
+    term at the gap itself (the relative residual the gap) took 84 CG steps in 6 Newton steps and its square root 53
+    in the same 6; float32 products then halved the time again, and carrying X V instead of X cut a CG step from
+    eight products to six: 2.2 s to 0.9 s a solve, the same Newton steps. A looser forcing term (the gap's fourth
+    root) took more Newton steps (15) than it saved CG steps.
 
     Why the damping (2026-12-06): from the last optimizer step's multiplier at 768 x 2304 on Stiefel, the pure Newton
     direction with a backtracking line search on f (this solve until then) crept for ten steps, the gap from 0.16 to
@@ -1158,7 +1219,8 @@ def newton_solve(W, G, P, warm=None, tol=1e-8, steps=40, cg_steps=40, normalize=
     d = pic.D.diagonal(dim1=-2, dim2=-1)
     off = torch.linalg.matrix_norm(pic.D - torch.diag_embed(d))
     near = bool((off <= 1e-4 * torch.linalg.vector_norm(d, dim=-1)).all())
-    precondition = _eigen_pre if near else _jacobi
+    kept = _projector_kind(P, pic.D) if near else None
+    near = kept is not None
     best_A, best_gap = None, None
     iterations = torch.zeros(pic.D.shape[:-2], dtype=torch.long, device=pic.D.device)
     for it in range(steps + 1):
@@ -1173,14 +1235,20 @@ def newton_solve(W, G, P, warm=None, tol=1e-8, steps=40, cg_steps=40, normalize=
             break
         moving = best_gap > tol
         iterations = iterations + moving
-        grad = None if eigenbasis else 2 * P(_sym(pic.dmul(a) @ Y))
-        stop = best_gap.clamp(1e-6, 1e-1).square()  # CG's relative residual: the gap, within [1e-6, 0.1]
+        grad = None if eigenbasis else 2 * P(_sym(pic.dmul(a) @ Y)).to(cg_dtype)
+        stop = best_gap.clamp(FORCING_MIN, FORCING_MAX)  # CG's squared relative residual: the gap (``FORCING_MIN``)
         for _ in range(LM_TRIES):
             if eigenbasis:  # (it forms the gradient in the eigenbasis itself)
-                x = _eigen_cg(pic, a, V, s, 1e-10, cg_steps, torch.float64, stop=stop, mu=mu)
+                x = _eigen_cg(pic, a, V, s, 1e-10, cg_steps, cg_dtype, stop=stop, mu=mu, grad_dtype=torch.float64)
+            elif near:
+                x = _diagonal_cg(pic, a, V, s, grad, cg_steps, cg_dtype, stop, mu, kept == "off")
             else:
-                hvp, _, _ = _hvp(pic, a, V, s, torch.float64, mu=mu)
-                x = _pcg(hvp, -grad, precondition(pic, V, s, torch.float64, mu), cg_steps, stop)
+                hvp, _, _ = _hvp(pic, a, V, s, cg_dtype, mu=mu)
+                x = _pcg(hvp, -grad, _jacobi(pic, V, s, cg_dtype, mu), cg_steps, stop)
+            # back into P's range exactly: a direction formed by products in float32 (V x V^T) is symmetric and
+            # P-projected only to its rounding, and a multiplier that took on that rounding kept it (no later step
+            # sees a direction outside P's range): measured, the certified gap then stalled near 2e-9
+            x = P(_sym(torch.nan_to_num(x.to(torch.float64), nan=0.0, posinf=0.0, neginf=0.0)))
             a1, V1, s1, f1 = at(Lambda + x)
             fell = moving & (f1 <= f * (1 + 1e-13))  # (NaN compares False: not taken)
             take = fell[..., None, None]
