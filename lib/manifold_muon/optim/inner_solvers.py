@@ -1060,7 +1060,8 @@ def _diagonal_cg(pic: GramPicture, a, V, s, grad, cg_steps: int, dtype, stop: fl
                  off: bool = True):
     """The exact mode's Newton direction where W^T W is diagonal but the projector is not the identity (DGram: P
     zeroes the diagonal), with D taken as diag(d) in the Hessian (the gradient ``grad``, formed by the caller, has
-    the whole D): the same system and preconditioner as ``_hvp`` with ``_eigen_pre``, with every CG vector carried
+    the whole D): the same system as ``_hvp``, preconditioned by the first term's exact inverse with D replaced by its mean c I
+    (division by ``_first_term_divisor`` in N's eigenbasis, then P), with every CG vector carried
     right-multiplied by V (X V for X; CG's inner products are the same, V being orthogonal), so that a step takes six
     n x n products where the two took eight. With I = (D p N^{-1/2} + D a d(N^{-1/2})[p]) (``_hvp``'s inner), I V is
     two products from p V; P(I + I^T) V = I V + V (V^T I V)^T - 2 diag(I) V (P zeroes the diagonal, and the row
