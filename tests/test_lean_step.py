@@ -332,8 +332,7 @@ def test_stiefel_newton_in_the_eigenbasis_certifies_the_same_optimum_in_fewer_pr
     assert float(sols[True].gap) <= 1e-8 and float(sols[False].gap) <= 1e-8
     A, B = sols[True].matrix(), sols[False].matrix()
     assert float((A - B).norm() / B.norm()) < 1e-4
-    print(shape, products)
-    assert products[True] < 0.9 * products[False]  # measured: 0.75 at 24 x 8 (a step's certificate costs as much)
+    assert products[True] < 0.9 * products[False]  # measured: 0.59, 0.63 and 0.59 (a certificate costs as much)
 
 
 @pytest.mark.parametrize("name", NAMES)

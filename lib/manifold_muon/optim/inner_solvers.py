@@ -1058,15 +1058,16 @@ def _projector_kind(P, like) -> str | None:
 
 def _diagonal_cg(pic: GramPicture, a, V, s, grad, cg_steps: int, dtype, stop: float | None = None, mu=None,
                  off: bool = True):
-    """The exact mode's Newton direction where W^T W is diagonal but the projector is not the identity (DGram: P
-    zeroes the diagonal), with D taken as diag(d) in the Hessian (the gradient ``grad``, formed by the caller, has
-    the whole D): the same system as ``_hvp``, preconditioned by the first term's exact inverse with D replaced by its mean c I
-    (division by ``_first_term_divisor`` in N's eigenbasis, then P), with every CG vector carried
+    """The exact mode's Newton direction where W^T W is diagonal and P zeroes the diagonal (DGram; with ``off``
+    False, P the identity), with D taken as diag(d) in the Hessian (the gradient ``grad``, formed by the caller, has
+    the whole D): the same system as ``_hvp``, preconditioned by the first term's exact inverse with D replaced by
+    its mean c I (division by ``_first_term_divisor`` in N's eigenbasis, then P), with every CG vector carried
     right-multiplied by V (X V for X; CG's inner products are the same, V being orthogonal), so that a step takes six
-    n x n products where the two took eight. With I = (D p N^{-1/2} + D a d(N^{-1/2})[p]) (``_hvp``'s inner), I V is
-    two products from p V; P(I + I^T) V = I V + V (V^T I V)^T - 2 diag(I) V (P zeroes the diagonal, and the row
-    scaling diag(.) V is free; diag(I)_i = sum_k (I V)_ik V_ik), two more; the preconditioner's
-    P(V ((V^T r V) / den) V^T) V = V z - diag(V z V^T) V with z = (V^T r V) / den, two. ``off`` False: P is the
+    n x n products where ``_hvp`` with the preconditioner applied in the weights' basis took eight. With
+    I = D p N^{-1/2} + D a d(N^{-1/2})[p] (``_hvp``'s inner), I V is two products from p V;
+    P(I + I^T) V = I V + V (V^T I V)^T - 2 diag(I) V (P zeroes the diagonal, and the row scaling diag(.) V is free;
+    diag(I)_i = sum_k (I V)_ik V_ik), two more; the preconditioner's P(V ((V^T r V) / den) V^T) V =
+    V z - diag(V z V^T) V with z = (V^T r V) / den, two. ``off`` False: P is the
     identity (Stiefel, where ``_eigen_cg`` takes two products a step), and the diagonal terms are dropped. Returns x
     in the weights' basis, in ``dtype``."""
     sc = _floored(s, dtype)
@@ -1184,11 +1185,11 @@ def newton_solve(W, G, P, warm=None, tol=1e-8, steps=40, cg_steps=40, normalize=
     replaced by its mean, every vector carried right-multiplied by V (``_diagonal_cg``, six); elsewhere (Oblique)
     ``_hvp`` (five with a full D) preconditioned by the first term's diagonal (``_jacobi``).
 
-    Why these settings (2026-12-07, chapter 04): at 384 x 1152 from the last step's multiplier, on DGram the forcing
-    term at the gap itself (the relative residual the gap) took 84 CG steps in 6 Newton steps and its square root 53
-    in the same 6; float32 products then halved the time again, and carrying X V instead of X cut a CG step from
-    eight products to six: 2.2 s to 0.9 s a solve, the same Newton steps. A looser forcing term (the gap's fourth
-    root) took more Newton steps (15) than it saved CG steps.
+    Why these settings (2026-12-06, measured on one CPU thread, not in the book): at 384 x 1152 from the last step's
+    multiplier, on DGram the forcing term at the gap itself (the relative residual the gap) took 84 CG steps in 6
+    Newton steps and 2.2 s, its square root 53 in the same 6 and 1.6 s; float32 products took that to 1.1 s, and
+    carrying X V instead of X (a CG step from eight products to six) to 0.9 s, the same Newton steps. A looser forcing
+    term (the gap's fourth root) took more Newton steps (15) than it saved CG steps.
 
     Why the damping (2026-12-06): from the last optimizer step's multiplier at 768 x 2304 on Stiefel, the pure Newton
     direction with a backtracking line search on f (this solve until then) crept for ten steps, the gap from 0.16 to
@@ -1214,9 +1215,9 @@ def newton_solve(W, G, P, warm=None, tol=1e-8, steps=40, cg_steps=40, normalize=
 
     a, V, s, f = at(Lambda)
     mu = torch.full_like(f, LM_START)
-    # CG's preconditioner off the eigenbasis: where W^T W is diagonal to float32's rounding (DGram: the projector
-    # keeps the off-diagonal part) the first term's exact inverse with D replaced by its mean; elsewhere (Oblique:
-    # the projector keeps the diagonal, and W^T W is far from diagonal) Jacobi. (One host read.)
+    # CG off the eigenbasis: where W^T W is diagonal to float32's rounding (a DGram or Stiefel point in float64; the
+    # picture's own test uses W's epsilon) and P zeroes the diagonal or is the identity, ``_diagonal_cg``; elsewhere
+    # (Oblique: P keeps the diagonal, and W^T W is far from diagonal) ``_hvp`` with Jacobi. (Host reads.)
     d = pic.D.diagonal(dim1=-2, dim2=-1)
     off = torch.linalg.matrix_norm(pic.D - torch.diag_embed(d))
     near = bool((off <= 1e-4 * torch.linalg.vector_norm(d, dim=-1)).all())
@@ -1237,7 +1238,7 @@ def newton_solve(W, G, P, warm=None, tol=1e-8, steps=40, cg_steps=40, normalize=
         moving = best_gap > tol
         iterations = iterations + moving
         grad = None if eigenbasis else 2 * P(_sym(pic.dmul(a) @ Y)).to(cg_dtype)
-        stop = best_gap.clamp(FORCING_MIN, FORCING_MAX)  # CG's squared relative residual: the gap (``FORCING_MIN``)
+        stop = best_gap.clamp(FORCING_MIN, FORCING_MAX)  # CG's squared relative residual: the gap, clamped
         for _ in range(LM_TRIES):
             if eigenbasis:  # (it forms the gradient in the eigenbasis itself)
                 x = _eigen_cg(pic, a, V, s, 1e-10, cg_steps, cg_dtype, stop=stop, mu=mu, grad_dtype=torch.float64)
