@@ -827,9 +827,16 @@ def _dk_denominator(sc):
     """den_ij = sc_i sc_j (sc_i + sc_j) for floored roots ``sc`` (``_floored``) of a diagonal N = diag(sc^2) (N's
     eigenvalues in its eigenbasis): the Daleckii-Krein matrix of N^{-1/2}, d(N^{-1/2})_ij = -dN_ij / den_ij there.
     A sum of the two roots, not their difference, so it is as well defined on a repeated singular value as anywhere.
-    The Newton tracker's Hessian-vector products (``_hvp``, ``_eigen_cg``, ``_newton_direction``) and its
+    The Newton tracker's Hessian-vector products (``_hvp``, ``_eigen_cg``, the exact mode's CG) and its
     one-eigendecomposition certificate (``first_order_certificate``) read it."""
     return sc.unsqueeze(-1) * sc.unsqueeze(-2) * (sc.unsqueeze(-1) + sc.unsqueeze(-2))
+
+
+def _dk_setup(s, dtype):
+    """(sc, L, inv) for N's singular values ``s``, in ``dtype``: the floored roots (``_floored``), the Daleckii-Krein
+    factors 1 / ``_dk_denominator`` and 1/sc as a row, what every Newton-CG helper below builds first."""
+    sc = _floored(s, dtype)
+    return sc, 1.0 / _dk_denominator(sc), (1.0 / sc).unsqueeze(-2)
 
 
 def _first_term_divisor(pic: GramPicture, sc, dtype):
@@ -848,9 +855,7 @@ def _hvp(pic: GramPicture, a, V, s, dtype, mu=None):
     matrix of V^T dN V = (D a V)^T (dx V) + its transpose. ``mu`` (per matrix; ``newton_solve``'s damping): the
     first term (D dx N^{-1/2}'s) taken 1 + mu times."""
     P = pic.P
-    sc = _floored(s, dtype)  # (an overflow of L in float32, a G far from unit scale: see newton_track)
-    L = 1.0 / _dk_denominator(sc)
-    inv = (1.0 / sc).unsqueeze(-2)
+    _, L, inv = _dk_setup(s, dtype)  # (an overflow of L in float32, a G far from unit scale: see newton_track)
     V = V.to(dtype)
     DaV = pic.dmul(a).to(dtype) @ V
     if pic.diagonal:
@@ -887,9 +892,7 @@ def _eigen_cg(pic: GramPicture, a, V, s, rtol, cg_steps: int, dtype, stop: float
     the gradient's own precision where it differs from the products' (a sum of terms of order one that cancel to the
     gap near the optimum: measured, formed in float32 it is rounding once the gap is below ~1e-5, and the exact mode
     stalled there on Stiefel). Returns x in the weights' basis, in ``dtype``."""
-    sc = _floored(s, dtype)
-    L = 1.0 / _dk_denominator(sc)
-    inv = (1.0 / sc).unsqueeze(-2)
+    sc, L, inv = _dk_setup(s, dtype)
     Vd = V.to(dtype)
     c = torch.diagonal(pic.D, dim1=-2, dim2=-1).mean(-1).to(dtype)[..., None, None]
     gd = dtype if grad_dtype is None else grad_dtype
@@ -1056,23 +1059,17 @@ def _projector_kind(P, like) -> str | None:
     return None
 
 
-def _diagonal_cg(pic: GramPicture, a, V, s, grad, cg_steps: int, dtype, stop: float | None = None, mu=None,
-                 off: bool = True):
-    """The exact mode's Newton direction where W^T W is diagonal and P zeroes the diagonal (DGram; with ``off``
-    False, P the identity), with D taken as diag(d) in the Hessian (the gradient ``grad``, formed by the caller, has
-    the whole D): the same system as ``_hvp``, preconditioned by the first term's exact inverse with D replaced by
-    its mean c I (division by ``_first_term_divisor`` in N's eigenbasis, then P), with every CG vector carried
-    right-multiplied by V (X V for X; CG's inner products are the same, V being orthogonal), so that a step takes six
-    n x n products where ``_hvp`` with the preconditioner applied in the weights' basis took eight. With
-    I = D p N^{-1/2} + D a d(N^{-1/2})[p] (``_hvp``'s inner), I V is two products from p V;
-    P(I + I^T) V = I V + V (V^T I V)^T - 2 diag(I) V (P zeroes the diagonal, and the row scaling diag(.) V is free;
-    diag(I)_i = sum_k (I V)_ik V_ik), two more; the preconditioner's P(V ((V^T r V) / den) V^T) V =
-    V z - diag(V z V^T) V with z = (V^T r V) / den, two. ``off`` False: P is the
-    identity (Stiefel, where ``_eigen_cg`` takes two products a step), and the diagonal terms are dropped. Returns x
-    in the weights' basis, in ``dtype``."""
-    sc = _floored(s, dtype)
-    L = 1.0 / _dk_denominator(sc)
-    inv = (1.0 / sc).unsqueeze(-2)
+def _diagonal_cg(pic: GramPicture, a, V, s, grad, cg_steps: int, dtype, stop: float | None = None, mu=None):
+    """The exact mode's Newton direction where W^T W is diagonal and P is the identity (a Stiefel point solved without
+    ``eigenbasis``: the benchmark ``reference_times``' weights'-basis arm), with D taken as diag(d) in the Hessian
+    (the gradient ``grad``, formed by the caller, has the whole D): the same system as ``_hvp``, preconditioned by
+    the first term's exact inverse with D replaced by its mean c I (division by ``_first_term_divisor`` in N's
+    eigenbasis), with every CG vector carried right-multiplied by V (X V for X; CG's inner products are the same, V
+    being orthogonal; ``_eigen_cg``, in the eigenbasis, takes two products a step). With
+    I = D p N^{-1/2} + D a d(N^{-1/2})[p] (``_hvp``'s inner), I V is two products from p V, (I + I^T) V =
+    I V + V (V^T I V)^T two more, and the preconditioner's V ((V^T r V) / den) two: six a step. Returns x in the
+    weights' basis, in ``dtype``."""
+    sc, L, inv = _dk_setup(s, dtype)
     d = torch.diagonal(pic.D, dim1=-2, dim2=-1).to(dtype).unsqueeze(-1)
     den = _first_term_divisor(pic, sc, dtype)
     first = inv
@@ -1085,14 +1082,81 @@ def _diagonal_cg(pic: GramPicture, a, V, s, grad, cg_steps: int, dtype, stop: fl
     def hvp(pV):
         X = DaV.mT @ pV
         IV = d * pV * first - DaV @ ((X + X.mT) * L)
-        out = IV + Vd @ (Vd.mT @ IV).mT
-        return 2 * (out - 2 * (IV * Vd).sum(-1, keepdim=True) * Vd if off else out)
+        return 2 * (IV + Vd @ (Vd.mT @ IV).mT)
 
-    def pre(rV):
-        VZ = Vd @ ((Vd.mT @ rV) / den)
-        return VZ - (VZ * Vd).sum(-1, keepdim=True) * Vd if off else VZ
+    return _pcg(hvp, -(grad.to(dtype) @ Vd), lambda rV: Vd @ ((Vd.mT @ rV) / den), cg_steps, stop) @ Vd.mT
 
-    return _pcg(hvp, -(grad.to(dtype) @ Vd), pre, cg_steps, stop) @ Vd.mT
+
+def _congruence_cg(pic: GramPicture, a, V, s, grad, cg_steps: int, dtype, stop: float | None = None, mu=None):
+    """The exact mode's Newton direction where W^T W = D = diag(d) with d > 0 and P zeroes the diagonal (DGram): the
+    same damped system as ``_hvp``'s, (Hess f + mu H1) x = -``grad``, preconditioned by the exact inverse of its first
+    term H1 (where ``_diagonal_cg`` replaces D by its mean), seven n x n products a CG step and one float32
+    eigendecomposition a call.
+
+    Why it is exact. With E = D^{-1/2} and the congruence x = E y E (which keeps a symmetric matrix with a zero
+    diagonal one: P commutes with it, D being diagonal), the first term H1(x) = 2 P(D x Q + Q x D), Q = N^{-1/2},
+    becomes E H1(E y E) E = 2 P(y Qt + Qt y) with Qt = E Q E (E D E = I). In Qt's
+    eigenbasis (Qt = Vt diag(q) Vt^T, one eigh) that is the division of Vt^T y Vt by 2 (q_i + q_j), then P: the
+    preconditioner of the system in y, E (Hess f + mu H1)(E y E) E = -E grad E, and it is H1's exact inverse on the
+    diagonal-free matrices up to P's coupling (as ``_diagonal_cg``'s is where D = c I). Measured (2026-12-06, one
+    thread, the benchmark's warm stream, scratch probes): at 384 x 1152 and 768 x 2304 on DGram (d from 0.25 to 4) it
+    takes 39 and 43 CG steps to ``newton_solve``'s gap where D replaced by its mean took 65 and 67 (as many as a
+    DGram system with D = I takes, 39 at 384: D's spread is then free); the solve, interleaved with the old one
+    (medians), 0.89 s against 0.96 s and 6.7 s against 7.1 s. On ``tests/test_lean_step.py``'s damped systems (D
+    from 0.25 to 4, tall, wide and square) it reaches a relative residual of 1e-8 in 15-28 CG steps where D's mean
+    took 47-79.
+
+    How the products are spent. Every direction is carried as E y Vt (= x Vt), the residual in Qt's eigenbasis
+    (r = Vt^T r_y Vt). With B = Vt^T E V (once), x V = (E y Vt) B (one product) gives I V, I = D x Q +
+    D a d(N^{-1/2})[x] (``_hvp``'s inner; two products: Daleckii-Krein in N's eigenbasis), and the curvature
+    4 <x V, I V> (x in P's range); the residual's update Vt^T P(E (I + I^T) E) Vt = H + H^T - 2 Vt^T diag(e^2 diag(I))
+    Vt, H = (E Vt)^T (I V) B^T, takes three (diag(I) is the row sums of (I V) o V); the preconditioned residual's
+    E z Vt = E Vt z_hat - diag(Vt z_hat Vt^T) E Vt, z_hat = r / den, one (P in that layout is a row scaling).
+    Returns x = E y E in the weights' basis, in ``dtype``."""
+    sc, L, inv = _dk_setup(s, dtype)
+    dd = torch.diagonal(pic.D, dim1=-2, dim2=-1)
+    d, e = dd.to(dtype).unsqueeze(-1), dd.rsqrt().to(dtype).unsqueeze(-1)
+    Vd = V.to(dtype)
+    q, Vt = torch.linalg.eigh(_sym(e * ((Vd * inv) @ Vd.mT) * e.mT))  # Qt = E N^{-1/2} E
+    den = 2 * (q.unsqueeze(-1) + q.unsqueeze(-2))
+    first = inv
+    if mu is not None:
+        m1 = (1 + mu.to(dtype))[..., None, None]
+        den, first = den * m1, inv * m1
+    B = Vt.mT @ (e * Vd)
+    DaV = (d * a.to(dtype)) @ Vd
+    dfirst, eVt, e2 = d * first, e * Vt, e * e
+
+    def zE_of(zh):  # E P(Vt zh Vt^T) Vt; diag(Vt zh Vt^T) = rowsums((E Vt zh) o Vt) / e
+        VZ = eVt @ zh
+        return VZ - (VZ * Vt).sum(-1, keepdim=True) * Vt
+
+    r = -(Vt.mT @ ((e * grad.to(dtype) * e.mT) @ Vt))
+    y = torch.zeros_like(r)  # carried as E y Vt, which is x Vt (x = E y E)
+    zh = r / den
+    pE = zE_of(zh)
+    rz = (r * zh).sum((-2, -1))
+    rr0 = (r * r).sum((-2, -1))
+    tiny = torch.finfo(r.dtype).tiny
+    for k in range(cg_steps):
+        xV = pE @ B
+        X = DaV.mT @ xV
+        IV = dfirst * xV - DaV @ ((X + X.mT) * L)
+        curv = 4 * (xV * IV).sum((-2, -1))
+        alpha = torch.where((curv > 0) & (rz > 0), rz / curv.clamp_min(tiny), 0)[..., None, None]
+        y = torch.addcmul(y, alpha, pE)
+        if k + 1 == cg_steps:
+            break
+        H = eVt.mT @ (IV @ B.mT)
+        Ap = torch.sub(H + H.mT, Vt.mT @ ((e2 * (IV * Vd).sum(-1, keepdim=True)) * Vt), alpha=2)
+        r = torch.addcmul(r, -2 * alpha, Ap)
+        if stop is not None and not bool(((r * r).sum((-2, -1)) > stop * rr0).any()):
+            break
+        zh = r / den
+        rz_new = (r * zh).sum((-2, -1))
+        pE = torch.addcmul(zE_of(zh), torch.where(rz > 0, rz_new / rz.clamp_min(tiny), 0)[..., None, None], pE)
+        rz = rz_new
+    return (y @ Vt.mT) * e.mT
 
 
 def _jacobi(pic: GramPicture, V, s, dtype, mu=None):
@@ -1116,41 +1180,6 @@ def _jacobi(pic: GramPicture, V, s, dtype, mu=None):
 # and, in the eigenbasis N = V diag(s^2) V^T, d(N^{-1/2}) = V [-(V^T dN V)_ij / (s_i s_j (s_i + s_j))] V^T
 # (Daleckii-Krein). So a Hessian-vector product is five n x n products, and Newton's system is solved by
 # conjugate gradients (the Hessian is positive semi-definite: f is convex).
-
-
-def _newton_direction(pic: GramPicture, a, V, s, grad, cg_steps: int):
-    """Approximately solve Hess f [x] = -grad by ``cg_steps`` conjugate-gradient steps (all matrices of the batch
-    together; a matrix whose residual is below 1e-12 of its gradient stops moving)."""
-    P = pic.P
-    sc = _floored(s)
-    L = 1.0 / _dk_denominator(sc)
-    Nih = (V / sc.unsqueeze(-2)) @ V.mT
-    Da = pic.dmul(a)
-    DaV = Da @ V
-
-    def hvp(x):
-        da = 2 * x
-        X = DaV.mT @ (da @ V)
-        dNih = V @ (-(X + X.mT) * L) @ V.mT
-        return 2 * P(_sym(pic.dmul(da) @ Nih + Da @ dNih))
-
-    x = torch.zeros_like(grad)
-    r = -grad
-    p = r
-    rs = (r * r).sum((-2, -1))
-    stop = 1e-24 * rs.clamp_min(torch.finfo(rs.dtype).tiny)  # alpha = 0 below this (x stays put)
-    for _ in range(cg_steps):
-        Ap = hvp(p)
-        curv = (p * Ap).sum((-2, -1))
-        alpha = torch.where((curv > 0) & (rs > stop), rs / curv.clamp_min(torch.finfo(rs.dtype).tiny), 0)
-        x = x + alpha[..., None, None] * p
-        r = r - alpha[..., None, None] * Ap
-        rs_new = (r * r).sum((-2, -1))
-        p = r + (rs_new / rs.clamp_min(torch.finfo(rs.dtype).tiny))[..., None, None] * p
-        rs = rs_new
-        if not bool((rs > stop * 1e12).any()):  # every residual below 1e-12 of its gradient's norm squared
-            break
-    return x
 
 
 def _dual_value(pic: GramPicture, Lambda):
@@ -1181,9 +1210,12 @@ def newton_solve(W, G, P, warm=None, tol=1e-8, steps=40, cg_steps=40, normalize=
     are in ``cg_dtype`` (float32: the direction only has to be a good one, the gradient is formed in float64 and the
     direction is put back into P's range exactly), with ``eigenbasis`` (W^T W = c I and P the identity: Stiefel) in
     N's eigenbasis, preconditioned by the exact inverse of the damped first term (``_eigen_cg``, two n x n products
-    a CG step); where W^T W is diagonal and P keeps the off-diagonal part (DGram), by the same preconditioner with D
-    replaced by its mean, every vector carried right-multiplied by V (``_diagonal_cg``, six); elsewhere (Oblique)
-    ``_hvp`` (five with a full D) preconditioned by the first term's diagonal (``_jacobi``).
+    a CG step); where W^T W = D is diagonal and P keeps the off-diagonal part (DGram), by the exact inverse of the
+    damped first term with D's spread, through the congruence x = D^{-1/2} y D^{-1/2} (``_congruence_cg``, seven
+    products a CG step and one float32 eigendecomposition a direction; D replaced by its mean, ``_diagonal_cg``'s
+    preconditioner, took 1.6 times the CG steps, measured there); where W^T W is diagonal and P the identity without
+    ``eigenbasis``, by the latter (``_diagonal_cg``, six); elsewhere (Oblique) ``_hvp`` (five with a full D)
+    preconditioned by the first term's diagonal (``_jacobi``).
 
     Why these settings (2026-12-06, measured on one CPU thread, not in the book): at 384 x 1152 from the last step's
     multiplier, on DGram the forcing term at the gap itself (the relative residual the gap) took 84 CG steps in 6
@@ -1216,12 +1248,15 @@ def newton_solve(W, G, P, warm=None, tol=1e-8, steps=40, cg_steps=40, normalize=
     a, V, s, f = at(Lambda)
     mu = torch.full_like(f, LM_START)
     # CG off the eigenbasis: where W^T W is diagonal to float32's rounding (a DGram or Stiefel point in float64; the
-    # picture's own test uses W's epsilon) and P zeroes the diagonal or is the identity, ``_diagonal_cg``; elsewhere
-    # (Oblique: P keeps the diagonal, and W^T W is far from diagonal) ``_hvp`` with Jacobi. (Host reads.)
+    # picture's own test uses W's epsilon) and P is the identity, ``_diagonal_cg``; where P zeroes the diagonal and
+    # no column of W is near zero (D^{-1/2} bounded), ``_congruence_cg``; elsewhere (Oblique: P keeps the diagonal,
+    # and W^T W is far from diagonal) ``_hvp`` with Jacobi. (Host reads.)
     d = pic.D.diagonal(dim1=-2, dim2=-1)
     off = torch.linalg.matrix_norm(pic.D - torch.diag_embed(d))
     near = bool((off <= 1e-4 * torch.linalg.vector_norm(d, dim=-1)).all())
     kept = _projector_kind(P, pic.D) if near else None
+    if kept == "off" and not bool((d > 1e-6 * d.amax(-1, keepdim=True)).all()):
+        kept = None
     near = kept is not None
     best_A, best_gap = None, None
     iterations = torch.zeros(pic.D.shape[:-2], dtype=torch.long, device=pic.D.device)
@@ -1243,7 +1278,8 @@ def newton_solve(W, G, P, warm=None, tol=1e-8, steps=40, cg_steps=40, normalize=
             if eigenbasis:  # (it forms the gradient in the eigenbasis itself)
                 x = _eigen_cg(pic, a, V, s, 1e-10, cg_steps, cg_dtype, stop=stop, mu=mu, grad_dtype=torch.float64)
             elif near:
-                x = _diagonal_cg(pic, a, V, s, grad, cg_steps, cg_dtype, stop, mu, kept == "off")
+                cg = _congruence_cg if kept == "off" else _diagonal_cg
+                x = cg(pic, a, V, s, grad, cg_steps, cg_dtype, stop, mu)
             else:
                 hvp, _, _ = _hvp(pic, a, V, s, cg_dtype, mu=mu)
                 x = _pcg(hvp, -grad, _jacobi(pic, V, s, cg_dtype, mu), cg_steps, stop)

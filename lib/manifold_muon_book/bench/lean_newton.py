@@ -6,7 +6,7 @@ i^-1.3 spectrum whose singular vectors turn at correlation 0.95 a step), against
 
 * ``newton-cg<k>``: per optimizer step one eigendecomposition of N = Z^T Z at the carried multiplier (it gives the
   gradient, the Hessian's eigenbasis and the first candidate), ``k`` conjugate-gradient steps of the Newton system
-  (``inner_solvers._newton_direction``: five n x n products each), the step taken with a per-matrix damping t,
+  (``_newton_direction`` below: five n x n products each), the step taken with a per-matrix damping t,
   and the certificate at the new multiplier (the second eigendecomposition). Without a host synchronisation:
   the better of the two candidates is kept by ``torch.where``; t doubles (to 1) where the dual value fell and
   halves where it rose, and a rise keeps the old multiplier.
@@ -59,10 +59,47 @@ import torch
 
 from manifold_muon.manifolds import get_manifold
 from manifold_muon.msign import msign
-from manifold_muon.optim.inner_solvers import (Span, _keep, _newton_direction, _relative_gap, _sym, _tall_unit,
-                                               certificate, exact_solve, feasible, gram_picture, inv_sqrt,
-                                               lean_solve, multiplier)
+from manifold_muon.optim.inner_solvers import (Span, _dk_denominator, _floored, _keep, _relative_gap, _sym,
+                                               _tall_unit, certificate, exact_solve, feasible, gram_picture,
+                                               inv_sqrt, lean_solve, multiplier)
 from .momenta import rotating_stream
+
+
+def _newton_direction(pic, a, V, s, grad, cg_steps: int):
+    """This prototype's Newton direction: approximately solve Hess f [x] = -grad by ``cg_steps`` unpreconditioned
+    conjugate-gradient steps, five n x n products each in the weights' basis (all matrices of the batch together; a
+    matrix whose residual is below 1e-12 of its gradient stops moving). The library's exact mode used it before its
+    preconditioned CG; it was moved here from ``inner_solvers`` unchanged on 2026-12-06, as nothing else calls it."""
+    P = pic.P
+    sc = _floored(s)
+    L = 1.0 / _dk_denominator(sc)
+    Nih = (V / sc.unsqueeze(-2)) @ V.mT
+    Da = pic.dmul(a)
+    DaV = Da @ V
+
+    def hvp(x):
+        da = 2 * x
+        X = DaV.mT @ (da @ V)
+        dNih = V @ (-(X + X.mT) * L) @ V.mT
+        return 2 * P(_sym(pic.dmul(da) @ Nih + Da @ dNih))
+
+    x = torch.zeros_like(grad)
+    r = -grad
+    p = r
+    rs = (r * r).sum((-2, -1))
+    stop = 1e-24 * rs.clamp_min(torch.finfo(rs.dtype).tiny)  # alpha = 0 below this (x stays put)
+    for _ in range(cg_steps):
+        Ap = hvp(p)
+        curv = (p * Ap).sum((-2, -1))
+        alpha = torch.where((curv > 0) & (rs > stop), rs / curv.clamp_min(torch.finfo(rs.dtype).tiny), 0)
+        x = x + alpha[..., None, None] * p
+        r = r - alpha[..., None, None] * Ap
+        rs_new = (r * r).sum((-2, -1))
+        p = r + (rs_new / rs.clamp_min(torch.finfo(rs.dtype).tiny))[..., None, None] * p
+        rs = rs_new
+        if not bool((rs > stop * 1e12).any()):  # every residual below 1e-12 of its gradient's norm squared
+            break
+    return x
 
 
 def newton_step(W, G, P, Lam, t, cg: int, diagonal: bool):
