@@ -470,6 +470,27 @@ def test_congruence_cg_solves_the_damped_dgram_system(shape):
     assert float((damped(_sym(x32)) + grad).norm() / grad.norm()) < 1e-3
 
 
+@pytest.mark.parametrize("shape", [(40, 12), (12, 40)])
+def test_dgram_exact_mode_certifies_with_a_zero_column(shape):
+    """Where a column of W (a row, wide) is zero, D^{-1/2} does not exist: ``_congruence_cg`` floors d at 1e-6 of its
+    largest, and ``newton_solve`` certifies its tolerance from the cold start there as with that column at 1e-2 (with
+    d unfloored the eigendecomposition of D^{-1/2} N^{-1/2} D^{-1/2} fails on its infinite entries: checked by
+    mutation; a first version fell back to ``_hvp`` with Jacobi there and stayed at a gap near 0.2)."""
+    from manifold_muon.optim.inner_solvers import newton_solve
+
+    g = torch.Generator().manual_seed(11 + sum(shape))
+    M = get_manifold("dgram")
+    W = M.random_point(shape, generator=g, dtype=torch.float64)
+    G = spectrum_momentum(shape, g).double()
+    for scale in (0.0, 1e-2):  # a zero column (d floored), and one at 1e-2 (d down to 1e-4 of its largest)
+        Ws = W.clone()
+        if shape[0] >= shape[1]:
+            Ws[:, 0] *= scale
+        else:
+            Ws[0, :] *= scale
+        assert float(newton_solve(Ws, G, M.gram_projector, tol=1e-8, steps=40).gap) <= 1e-8
+
+
 @pytest.mark.parametrize("make", [lambda ps: Muon(ps), lambda ps: ManifoldMuon(ps, manifold="dgram", inner="lean"),
                                   lambda ps: ManifoldMuon(ps, inner="lean"),  # Stiefel: (8, 8) in closed form
                                   lambda ps: __import__("manifold_muon").MACRO(ps, lr=0.01, manifold="spectral_sphere"),

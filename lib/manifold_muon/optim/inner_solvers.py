@@ -1088,10 +1088,10 @@ def _diagonal_cg(pic: GramPicture, a, V, s, grad, cg_steps: int, dtype, stop: fl
 
 
 def _congruence_cg(pic: GramPicture, a, V, s, grad, cg_steps: int, dtype, stop: float | None = None, mu=None):
-    """The exact mode's Newton direction where W^T W = D = diag(d) with d > 0 and P zeroes the diagonal (DGram): the
+    """The exact mode's Newton direction where W^T W = D = diag(d) and P zeroes the diagonal (DGram): the
     same damped system as ``_hvp``'s, (Hess f + mu H1) x = -``grad``, preconditioned by the exact inverse of its first
-    term H1 (where ``_diagonal_cg`` replaces D by its mean), seven n x n products a CG step and one float32
-    eigendecomposition a call.
+    term H1 (where ``_diagonal_cg`` replaces D by its mean), seven n x n products a CG step and one eigendecomposition
+    (in ``dtype``: float32 in the exact mode) a call.
 
     Why it is exact. With E = D^{-1/2} and the congruence x = E y E (which keeps a symmetric matrix with a zero
     diagonal one: P commutes with it, D being diagonal), the first term H1(x) = 2 P(D x Q + Q x D), Q = N^{-1/2},
@@ -1106,16 +1106,19 @@ def _congruence_cg(pic: GramPicture, a, V, s, grad, cg_steps: int, dtype, stop: 
     from 0.25 to 4, tall, wide and square) it reaches a relative residual of 1e-8 in 15-28 CG steps where D's mean
     took 47-79.
 
-    How the products are spent. Every direction is carried as E y Vt (= x Vt), the residual in Qt's eigenbasis
+    How the products are spent. Every direction is carried as E y Vt (x = E y E), the residual in Qt's eigenbasis
     (r = Vt^T r_y Vt). With B = Vt^T E V (once), x V = (E y Vt) B (one product) gives I V, I = D x Q +
     D a d(N^{-1/2})[x] (``_hvp``'s inner; two products: Daleckii-Krein in N's eigenbasis), and the curvature
     4 <x V, I V> (x in P's range); the residual's update Vt^T P(E (I + I^T) E) Vt = H + H^T - 2 Vt^T diag(e^2 diag(I))
     Vt, H = (E Vt)^T (I V) B^T, takes three (diag(I) is the row sums of (I V) o V); the preconditioned residual's
     E z Vt = E Vt z_hat - diag(Vt z_hat Vt^T) E Vt, z_hat = r / den, one (P in that layout is a row scaling).
-    Returns x = E y E in the weights' basis, in ``dtype``."""
+    E is D^{-1/2} with d floored at 1e-6 of its largest: any positive E is an exact change of variables, and where a
+    column of W is zero (d_i = 0) the preconditioner is then exact everywhere but there (a zero column certifies
+    as another does: ``tests/test_lean_step.py``). Returns x = E y E in the weights' basis, in ``dtype``."""
     sc, L, inv = _dk_setup(s, dtype)
     dd = torch.diagonal(pic.D, dim1=-2, dim2=-1)
-    d, e = dd.to(dtype).unsqueeze(-1), dd.rsqrt().to(dtype).unsqueeze(-1)
+    e = torch.maximum(dd, 1e-6 * dd.amax(-1, keepdim=True)).rsqrt().to(dtype).unsqueeze(-1)  # a zero column: floored
+    d = dd.to(dtype).unsqueeze(-1)
     Vd = V.to(dtype)
     q, Vt = torch.linalg.eigh(_sym(e * ((Vd * inv) @ Vd.mT) * e.mT))  # Qt = E N^{-1/2} E
     den = 2 * (q.unsqueeze(-1) + q.unsqueeze(-2))
@@ -1132,7 +1135,7 @@ def _congruence_cg(pic: GramPicture, a, V, s, grad, cg_steps: int, dtype, stop: 
         return VZ - (VZ * Vt).sum(-1, keepdim=True) * Vt
 
     r = -(Vt.mT @ ((e * grad.to(dtype) * e.mT) @ Vt))
-    y = torch.zeros_like(r)  # carried as E y Vt, which is x Vt (x = E y E)
+    y = torch.zeros_like(r)  # carried as E y Vt (x = E y E), as every direction
     zh = r / den
     pE = zE_of(zh)
     rz = (r * zh).sum((-2, -1))
@@ -1248,15 +1251,13 @@ def newton_solve(W, G, P, warm=None, tol=1e-8, steps=40, cg_steps=40, normalize=
     a, V, s, f = at(Lambda)
     mu = torch.full_like(f, LM_START)
     # CG off the eigenbasis: where W^T W is diagonal to float32's rounding (a DGram or Stiefel point in float64; the
-    # picture's own test uses W's epsilon) and P is the identity, ``_diagonal_cg``; where P zeroes the diagonal and
-    # no column of W is near zero (D^{-1/2} bounded), ``_congruence_cg``; elsewhere (Oblique: P keeps the diagonal,
-    # and W^T W is far from diagonal) ``_hvp`` with Jacobi. (Host reads.)
+    # picture's own test uses W's epsilon) and P is the identity, ``_diagonal_cg``; where P zeroes the diagonal,
+    # ``_congruence_cg``; elsewhere (Oblique: P keeps the diagonal, and W^T W is far from diagonal) ``_hvp`` with
+    # Jacobi. (Host reads.)
     d = pic.D.diagonal(dim1=-2, dim2=-1)
     off = torch.linalg.matrix_norm(pic.D - torch.diag_embed(d))
     near = bool((off <= 1e-4 * torch.linalg.vector_norm(d, dim=-1)).all())
     kept = _projector_kind(P, pic.D) if near else None
-    if kept == "off" and not bool((d > 1e-6 * d.amax(-1, keepdim=True)).all()):
-        kept = None
     near = kept is not None
     best_A, best_gap = None, None
     iterations = torch.zeros(pic.D.shape[:-2], dtype=torch.long, device=pic.D.device)
