@@ -470,6 +470,86 @@ def test_congruence_cg_solves_the_damped_dgram_system(shape):
     assert float((damped(_sym(x32)) + grad).norm() / grad.norm()) < 1e-3
 
 
+@pytest.mark.parametrize("shape", [(48, 16), (16, 48), (24, 24)])
+def test_congruence_cg_solves_with_a_stale_basis(shape):
+    """``newton_solve`` keeps Qt's eigendecomposition (``_congruence_cg``'s ``basis``) across small steps. One taken at
+    another multiplier still preconditions positive definitely: after a random P-projected move of 0.05 CG still solves
+    the damped system at the new multiplier to a relative residual of 1e-8 in float64 (within 400 steps), and after
+    one of 0.005 (a small step, as the solve keeps the basis only after those) within 1.5x the steps of the fresh
+    basis plus two (a basis with its eigenvalues reversed, positive definite but wrong, fails that on the wide and the
+    square system: checked by mutation)."""
+    from manifold_muon.optim.inner_solvers import (_congruence_basis, _congruence_cg, _hvp, _sym, _tall_unit, eig_sqrt,
+                                                   gram_picture, inv_sqrt, multiplier)
+
+    g = torch.Generator().manual_seed(3 + sum(shape))
+    M = get_manifold("dgram")
+    scale = torch.linspace(0.5, 2.0, min(shape), dtype=torch.float64)
+    W = M.random_point(shape, generator=g, dtype=torch.float64)
+    W = W * scale if shape[0] >= shape[1] else scale.unsqueeze(-1) * W
+    G = spectrum_momentum(shape, g).double()
+    Wt, Gt, _ = _tall_unit(W, G, True, views=True)
+    pic = gram_picture(Wt, Gt, M.gram_projector, torch.float64, diagonal=True)
+    move = lambda: 0.05 * M.gram_projector(_sym(torch.randn(pic.D.shape, generator=g, dtype=torch.float64)))  # noqa
+    a = pic.K0 - multiplier(pic, pic.DK0 + pic.DK0.mT) + move()
+    step = move()
+    V, s = eig_sqrt(_sym(a.mT @ pic.dmul(a) + pic.R))
+    mu = torch.tensor(0.1, dtype=torch.float64)
+    damped, _, _ = _hvp(pic, a, V, s, torch.float64, mu=mu)
+    grad = 2 * M.gram_projector(_sym((pic.dmul(a) @ V * inv_sqrt(s, 1e-10).unsqueeze(-2)) @ V.mT))
+
+    def steps(basis):  # CG steps to a relative residual of 1e-8 (None: not within 400)
+        for k in range(1, 401):
+            x = _congruence_cg(pic, a, V, s, grad, k, torch.float64, mu=mu, basis=basis)
+            if float((damped(_sym(x)) + grad).norm() / grad.norm()) < 1e-8:
+                return k
+        return None
+
+    def basis_at(a_old):
+        q, Vt = _congruence_basis(pic, *eig_sqrt(_sym(a_old.mT @ pic.dmul(a_old) + pic.R)), torch.float64)
+        return q, Vt
+
+    fresh = steps(_congruence_basis(pic, V, s, torch.float64))
+    far, near = steps(basis_at(a - step)), steps(basis_at(a - 0.1 * step))
+    assert fresh is not None and far is not None, (fresh, far)
+    assert near is not None and near <= 1.5 * fresh + 2, (fresh, near)
+
+
+def test_picture_splits_a_tiny_off_diagonal():
+    """A float32 DGram point given in float64 (the exact mode's input) has W^T W diagonal only to float32's rounding:
+    ``gram_picture`` keeps D whole but splits its off-diagonal part off (``off32``), and ``dmul`` then agrees with the
+    float64 product D X to 1e-13 (relative; the diagonal part alone misses it by the off-diagonal's size, ~1e-8, checked
+    by mutation). Oblique's W^T W is far from diagonal: no split there."""
+    from manifold_muon.optim.inner_solvers import _tall_unit, gram_picture
+
+    g = torch.Generator().manual_seed(5)
+    for name, split in (("dgram", True), ("gram_oblique", False)):
+        M = get_manifold(name)
+        W = M.random_point((96, 32), generator=g).double()  # float32 point, float64 dtype
+        G = spectrum_momentum((96, 32), g).double()
+        Wt, Gt, _ = _tall_unit(W, G, True, views=True)
+        pic = gram_picture(Wt, Gt, M.gram_projector, torch.float64)
+        assert not pic.diagonal
+        assert (pic.off32 is not None) == split, name
+        X = torch.randn(pic.D.shape, generator=g, dtype=torch.float64)
+        full = pic.D @ X
+        assert float((pic.dmul(X) - full).norm() / full.norm()) <= 1e-13, name
+
+
+def test_exact_mode_carries_no_zero_U():
+    """The exact mode's Newton solve keeps no ADMM multiplier U (it returns U = 0): the optimizer carries only Lambda
+    (no tall "U" formed from zeros: two m x n products a step saved), and the next step, warm from it, certifies as
+    before."""
+    g = torch.Generator().manual_seed(9)
+    W = torch.nn.Parameter(get_manifold("dgram").random_point((96, 32), generator=g))
+    opt = ManifoldMuon([W], lr=0.02, manifold="dgram", inner="exact")
+    for _ in range(3):
+        W.grad = spectrum_momentum((96, 32), g)
+        opt.step()
+        state = opt.state[W]
+        assert "Lambda" in state and not any(k in state for k in ("U", "U_a", "U_b")), sorted(state)
+        assert float(state["duality_gap"]) <= 1e-6
+
+
 @pytest.mark.parametrize("shape", [(40, 12), (12, 40)])
 def test_dgram_exact_mode_certifies_with_a_zero_column(shape):
     """Where a column of W (a row, wide) is zero, D^{-1/2} does not exist: ``_congruence_cg`` floors d at 1e-6 of its

@@ -213,15 +213,22 @@ class GramPicture:
     P: Callable
     diagonal: bool = False  # D is diagonal to W's rounding: the solve takes D @ X as a row scaling
     DK0: torch.Tensor | None = None  # D K0 (= W^T G up to the ridge), formed once
+    off32: torch.Tensor | None = None  # D's off-diagonal part in float32, where it is tiny (``gram_picture``)
 
     def __post_init__(self):
         if self.DK0 is None:
             self.DK0 = self.dmul(self.K0)
 
     def dmul(self, X):
-        """D @ X as the solve takes it: diag(D) X where D is diagonal to rounding (``diagonal``)."""
+        """D @ X as the solve takes it: diag(D) X where D is diagonal to rounding (``diagonal``); where D's
+        off-diagonal part is tiny (``off32``: a float32 weight's D formed in float64, the exact mode's), diag(D) X
+        plus that part times X in float32: one float32 product instead of a float64 one, whose rounding is float32's
+        of a term below ``SPLIT_OFF`` of D (measured 2026-12-07 at the benchmark's DGram points, off-diagonal 2e-8
+        of the diagonal: 5e-15 of D X, and the dual value at the solve's multiplier moved by 6e-14 or less)."""
         if self.diagonal:
             return torch.diagonal(self.D, dim1=-2, dim2=-1).unsqueeze(-1) * X
+        if self.off32 is not None and X.dtype == torch.float64:
+            return torch.diagonal(self.D, dim1=-2, dim2=-1).unsqueeze(-1) * X + (self.off32 @ X.float()).double()
         return self.D @ X
 
     def eye(self):
@@ -232,7 +239,7 @@ class GramPicture:
         if self.D.dtype == dtype:
             return self
         return GramPicture(self.W, self.C, self.D.to(dtype), self.K0.to(dtype), self.R.to(dtype), self.P,
-                           self.diagonal, self.DK0.to(dtype))
+                           self.diagonal, self.DK0.to(dtype), self.off32)
 
 
 @dataclass
@@ -322,6 +329,9 @@ def _diagonal_solve(D, ridge, B):
     return Y - J * (O @ Y)
 
 
+SPLIT_OFF = 1e-6  # D's off-diagonal part below this of its diagonal (Frobenius): ``GramPicture.dmul`` splits it off
+
+
 def gram_picture(W, G, P, dtype=torch.float64, products=torch.float64, diagonal: bool | None = None) -> GramPicture:
     """The blocks of a tall (W, G), products in float64 (measured: float32 blocks let the certificate
     under-report the gap by up to 3x where W^T W is ill conditioned, e.g. Oblique, or where Z has many
@@ -345,9 +355,13 @@ def gram_picture(W, G, P, dtype=torch.float64, products=torch.float64, diagonal:
     # On Stiefel and DGram points W^T W is diagonal up to W's own rounding: the solve then takes diag(D)
     # (as ``multiplier`` already does), so that D @ X is a row scaling. ``diagonal`` given: the caller knows
     # (the lean solve: from the manifold, without reading a tensor on the host)
+    off32 = None
     if diagonal is None:
-        off_norm = torch.linalg.matrix_norm(D - torch.diag_embed(d))
-        diagonal = bool((off_norm <= 16 * torch.finfo(W.dtype).eps * torch.linalg.vector_norm(d, dim=-1)).all())
+        off = D - torch.diag_embed(d)
+        off_norm, d_norm = torch.linalg.matrix_norm(off), torch.linalg.vector_norm(d, dim=-1)
+        diagonal = bool((off_norm <= 16 * torch.finfo(W.dtype).eps * d_norm).all())
+        if not diagonal and dtype == torch.float64 and bool((off_norm <= SPLIT_OFF * d_norm).all()):
+            off32 = off.float()  # a float32 weight in float64 (the exact mode): D @ X by a float32 product
     # K0 with the whole D even then: C must be normal to W's range to rounding, as the retraction's
     # X^T X = a^T D a + b^T R b has no cross terms (with diag(D) here, constraints drifted over 1000 steps)
     K0 = (_diagonal_solve if diagonal else _factored_solve)(D, ridge, WtG)
@@ -363,7 +377,8 @@ def gram_picture(W, G, P, dtype=torch.float64, products=torch.float64, diagonal:
         # the A it certifies feasible is not (measured: a float32 C^T C let ||A||_op reach 1 + 6e-4 on rank 2)
         C64 = C.to(torch.float64)
         R = _sym(C64.mT @ C64)
-    return GramPicture(W, C.to(W.dtype), D.to(dtype), K0.to(dtype), R.to(dtype), P, diagonal)  # (no copy in float32)
+    return GramPicture(W, C.to(W.dtype), D.to(dtype), K0.to(dtype), R.to(dtype), P, diagonal,  # (no copy in float32)
+                       off32=off32)
 
 
 def span_of(pic: GramPicture, U: torch.Tensor) -> Span:
@@ -1087,7 +1102,22 @@ def _diagonal_cg(pic: GramPicture, a, V, s, grad, cg_steps: int, dtype, stop: fl
     return _pcg(hvp, -(grad.to(dtype) @ Vd), lambda rV: Vd @ ((Vd.mT @ rV) / den), cg_steps, stop) @ Vd.mT
 
 
-def _congruence_cg(pic: GramPicture, a, V, s, grad, cg_steps: int, dtype, stop: float | None = None, mu=None):
+def _congruence_e(pic: GramPicture, dtype):
+    """E = D^{-1/2} as a column (d floored at 1e-6 of its largest: a zero column of W), in ``dtype``."""
+    dd = torch.diagonal(pic.D, dim1=-2, dim2=-1)
+    return torch.maximum(dd, 1e-6 * dd.amax(-1, keepdim=True)).rsqrt().to(dtype).unsqueeze(-1)
+
+
+def _congruence_basis(pic: GramPicture, V, s, dtype):
+    """(q, Vt), the eigendecomposition of Qt = E N^{-1/2} E (``_congruence_cg``'s preconditioner) from N's (V, s),
+    in ``dtype``: one n x n product and one eigh."""
+    _, _, inv = _dk_setup(s, dtype)
+    e, Vd = _congruence_e(pic, dtype), V.to(dtype)
+    return torch.linalg.eigh(_sym(e * ((Vd * inv) @ Vd.mT) * e.mT))
+
+
+def _congruence_cg(pic: GramPicture, a, V, s, grad, cg_steps: int, dtype, stop: float | None = None, mu=None,
+                   basis=None):
     """The exact mode's Newton direction where W^T W = D = diag(d) and P zeroes the diagonal (DGram): the
     same damped system as ``_hvp``'s, (Hess f + mu H1) x = -``grad``, preconditioned by the exact inverse of its first
     term H1 (where ``_diagonal_cg`` replaces D by its mean), seven n x n products a CG step and one eigendecomposition
@@ -1114,13 +1144,15 @@ def _congruence_cg(pic: GramPicture, a, V, s, grad, cg_steps: int, dtype, stop: 
     E z Vt = E Vt z_hat - diag(Vt z_hat Vt^T) E Vt, z_hat = r / den, one (P in that layout is a row scaling).
     E is D^{-1/2} with d floored at 1e-6 of its largest: any positive E is an exact change of variables, and where a
     column of W is zero (d_i = 0) the preconditioner is then exact everywhere but there (a zero column certifies
-    as another does: ``tests/test_lean_step.py``). Returns x = E y E in the weights' basis, in ``dtype``."""
+    as another does: ``tests/test_lean_step.py``). ``basis``: Qt's eigendecomposition (``_congruence_basis``) where
+    the caller has one, possibly from an earlier N: any orthonormal basis and positive q keep the preconditioner
+    positive definite, so a stale one costs CG steps, never correctness (``newton_solve`` takes it again after a
+    step that moved f by more than ``BASIS_REFRESH``). Returns x = E y E in the weights' basis, in ``dtype``."""
     sc, L, inv = _dk_setup(s, dtype)
-    dd = torch.diagonal(pic.D, dim1=-2, dim2=-1)
-    e = torch.maximum(dd, 1e-6 * dd.amax(-1, keepdim=True)).rsqrt().to(dtype).unsqueeze(-1)  # a zero column: floored
-    d = dd.to(dtype).unsqueeze(-1)
+    e = _congruence_e(pic, dtype)
+    d = torch.diagonal(pic.D, dim1=-2, dim2=-1).to(dtype).unsqueeze(-1)
     Vd = V.to(dtype)
-    q, Vt = torch.linalg.eigh(_sym(e * ((Vd * inv) @ Vd.mT) * e.mT))  # Qt = E N^{-1/2} E
+    q, Vt = _congruence_basis(pic, V, s, dtype) if basis is None else basis
     den = 2 * (q.unsqueeze(-1) + q.unsqueeze(-2))
     first = inv
     if mu is not None:
@@ -1194,6 +1226,7 @@ def _dual_value(pic: GramPicture, Lambda):
 LM_START = 1.0  # the exact mode's first Levenberg-Marquardt damping (``newton_solve``: why 1)
 LM_TRIES = 8  # directions tried a Newton step before the multiplier stays where it is for that step
 FORCING_MIN, FORCING_MAX = 1e-12, 1e-2  # CG's squared relative residual in the exact mode: the gap, clamped
+BASIS_REFRESH = 1e-4  # DGram's preconditioner basis is taken again after a step that lowered f by more (relative)
 
 
 def newton_solve(W, G, P, warm=None, tol=1e-8, steps=40, cg_steps=40, normalize=True,
@@ -1215,8 +1248,11 @@ def newton_solve(W, G, P, warm=None, tol=1e-8, steps=40, cg_steps=40, normalize=
     N's eigenbasis, preconditioned by the exact inverse of the damped first term (``_eigen_cg``, two n x n products
     a CG step); where W^T W = D is diagonal and P keeps the off-diagonal part (DGram), by the exact inverse of the
     damped first term with D's spread, through the congruence x = D^{-1/2} y D^{-1/2} (``_congruence_cg``, seven
-    products a CG step and one float32 eigendecomposition a direction; D replaced by its mean, ``_diagonal_cg``'s
-    preconditioner, took 1.6 times the CG steps, measured there); where W^T W is diagonal and P the identity without
+    products a CG step and one float32 eigendecomposition, taken again only after a step that lowered f by more than
+    ``BASIS_REFRESH`` = 1e-4 relative: measured at 768 x 2304 along the benchmark's stream, a basis kept from the
+    second direction on took the CG steps of a fresh one at every direction, one kept from the first took 30% more
+    and a Newton step more; D replaced by its mean, ``_diagonal_cg``'s preconditioner, took 1.6 times the CG steps,
+    measured there); where W^T W is diagonal and P the identity without
     ``eigenbasis``, by the latter (``_diagonal_cg``, six); elsewhere (Oblique) ``_hvp`` (five with a full D)
     preconditioned by the first term's diagonal (``_jacobi``).
 
@@ -1260,10 +1296,12 @@ def newton_solve(W, G, P, warm=None, tol=1e-8, steps=40, cg_steps=40, normalize=
     kept = _projector_kind(P, pic.D) if near else None
     near = kept is not None
     best_A, best_gap = None, None
+    basis = None
     iterations = torch.zeros(pic.D.shape[:-2], dtype=torch.long, device=pic.D.device)
     for it in range(steps + 1):
         Y = (V * inv_sqrt(s, 1e-10).unsqueeze(-2)) @ V.mT
-        A, value = feasible(pic, Span(a @ Y, Y))
+        Z = Span(a @ Y, Y)  # msign(G + 2 W Lambda)'s coefficients
+        A, value = feasible(pic, Z)
         gap = _relative_gap(value, f)
         if best_A is None:
             best_A, best_gap = A, gap
@@ -1273,14 +1311,17 @@ def newton_solve(W, G, P, warm=None, tol=1e-8, steps=40, cg_steps=40, normalize=
             break
         moving = best_gap > tol
         iterations = iterations + moving
-        grad = None if eigenbasis else 2 * P(_sym(pic.dmul(a) @ Y)).to(cg_dtype)
+        grad = None if eigenbasis else 2 * P(_sym(pic.dmul(Z.a))).to(cg_dtype)  # D a Y: a row scaling (DGram)
         stop = best_gap.clamp(FORCING_MIN, FORCING_MAX)  # CG's squared relative residual: the gap, clamped
         for _ in range(LM_TRIES):
             if eigenbasis:  # (it forms the gradient in the eigenbasis itself)
                 x = _eigen_cg(pic, a, V, s, 1e-10, cg_steps, cg_dtype, stop=stop, mu=mu, grad_dtype=torch.float64)
+            elif near and kept == "off":
+                if basis is None:
+                    basis = _congruence_basis(pic, V, s, cg_dtype)
+                x = _congruence_cg(pic, a, V, s, grad, cg_steps, cg_dtype, stop, mu, basis)
             elif near:
-                cg = _congruence_cg if kept == "off" else _diagonal_cg
-                x = cg(pic, a, V, s, grad, cg_steps, cg_dtype, stop, mu)
+                x = _diagonal_cg(pic, a, V, s, grad, cg_steps, cg_dtype, stop, mu)
             else:
                 hvp, _, _ = _hvp(pic, a, V, s, cg_dtype, mu=mu)
                 x = _pcg(hvp, -grad, _jacobi(pic, V, s, cg_dtype, mu), cg_steps, stop)
@@ -1290,6 +1331,8 @@ def newton_solve(W, G, P, warm=None, tol=1e-8, steps=40, cg_steps=40, normalize=
             x = P(_sym(torch.nan_to_num(x.to(torch.float64), nan=0.0, posinf=0.0, neginf=0.0)))
             a1, V1, s1, f1 = at(Lambda + x)
             fell = moving & (f1 <= f * (1 + 1e-13))  # (NaN compares False: not taken)
+            if bool((fell & (f - f1 > BASIS_REFRESH * f)).any()):
+                basis = None  # the preconditioner's basis is taken again at the new multiplier
             take = fell[..., None, None]
             Lambda, a, V = torch.where(take, Lambda + x, Lambda), torch.where(take, a1, a), torch.where(take, V1, V)
             s, f = torch.where(fell[..., None], s1, s), torch.where(fell, f1, f)

@@ -673,7 +673,10 @@ class ManifoldMuon(MatrixOptimizer):
         else:
             sol = gram_solve(W, G, M.gram_projector, steps=group["inner_steps"], tol=group["tol"], rho=group["rho"],
                              warm=warm)
-        self._record(states, group, rms(M.gram_projector(tangent_defect(sol.picture, sol.A))), sol)
+        # the exact mode's Newton solve keeps no U (it returns U = 0): none is carried, as the next step starts from
+        # U = 0 without one (``_warm``) and the tall U would cost two m x n products (a host read: the exact mode's)
+        with_U = group["inner"] != "exact" or bool(sol.U.a.any() | sol.U.b.any())
+        self._record(states, group, rms(M.gram_projector(tangent_defect(sol.picture, sol.A))), sol, with_U)
         return fused_retract(M, sol, group["lr"], group["weight_decay"], W.dtype)
 
     def _lean_update(self, W, G, group, states):
@@ -791,11 +794,11 @@ class ManifoldMuon(MatrixOptimizer):
                     s["U"] = U[i]
         return W_new
 
-    def _record(self, states, group, violation, sol):
+    def _record(self, states, group, violation, sol, with_U: bool = True):
         for i, s in enumerate(states):  # tensors: read when logged, not every step
             s["tangent_violation"], s["duality_gap"], s["inner_iterations"] = violation[i], sol.gap[i], sol.iterations[i]
         if group["warm_start"]:
-            self._carry(states, sol, clone=True)
+            self._carry(states, sol, with_U=with_U, clone=True)
 
     # ------------------------------------------------------------------ dual ascent / ADMM on m x n matrices
 
