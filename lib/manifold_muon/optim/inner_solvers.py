@@ -1121,7 +1121,7 @@ def _congruence_cg(pic: GramPicture, a, V, s, grad, cg_steps: int, dtype, stop: 
     """The exact mode's Newton direction where W^T W = D = diag(d) and P zeroes the diagonal (DGram): the
     same damped system as ``_hvp``'s, (Hess f + mu H1) x = -``grad``, preconditioned by the exact inverse of its first
     term H1 (where ``_diagonal_cg`` replaces D by its mean), seven n x n products a CG step and one eigendecomposition
-    (in ``dtype``: float32 in the exact mode) a call.
+    (in ``dtype``: float32 in the exact mode) a call not given ``basis``.
 
     Why it is exact. With E = D^{-1/2} and the congruence x = E y E (which keeps a symmetric matrix with a zero
     diagonal one: P commutes with it, D being diagonal), the first term H1(x) = 2 P(D x Q + Q x D), Q = N^{-1/2},
