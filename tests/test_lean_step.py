@@ -504,9 +504,8 @@ def test_congruence_cg_solves_with_a_stale_basis(shape):
                 return k
         return None
 
-    def basis_at(a_old):
-        q, Vt = _congruence_basis(pic, *eig_sqrt(_sym(a_old.mT @ pic.dmul(a_old) + pic.R)), torch.float64)
-        return q, Vt
+    def basis_at(a_old):  # the basis taken at another multiplier's N
+        return _congruence_basis(pic, *eig_sqrt(_sym(a_old.mT @ pic.dmul(a_old) + pic.R)), torch.float64)
 
     fresh = steps(_congruence_basis(pic, V, s, torch.float64))
     far, near = steps(basis_at(a - step)), steps(basis_at(a - 0.1 * step))

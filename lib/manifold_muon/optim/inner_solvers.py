@@ -1110,8 +1110,9 @@ def _congruence_e(pic: GramPicture, dtype):
 
 def _congruence_basis(pic: GramPicture, V, s, dtype):
     """(q, Vt), the eigendecomposition of Qt = E N^{-1/2} E (``_congruence_cg``'s preconditioner) from N's (V, s),
-    in ``dtype``: one n x n product and one eigh."""
-    _, _, inv = _dk_setup(s, dtype)
+    in ``dtype``: one n x n product and one eigh (N^{-1/2} from the floored roots, ``_floored``, as the Newton
+    helpers take it)."""
+    inv = (1.0 / _floored(s, dtype)).unsqueeze(-2)
     e, Vd = _congruence_e(pic, dtype), V.to(dtype)
     return torch.linalg.eigh(_sym(e * ((Vd * inv) @ Vd.mT) * e.mT))
 
