@@ -166,6 +166,81 @@ def test_batch_gives_each_matrix_what_it_gets_alone():
         assert torch.allclose(alone.matrix(), batched.matrix()[i], atol=1e-12)
 
 
+def _square_draws(name, n=24, draws=4):
+    """Square weights with training-like momenta (singular values ~ i^-1.3): the rank-deficient optima of square DGram
+    and Oblique, where ADMM has a slow tail (``inner_solvers._Anderson``)."""
+    from manifold_muon_book.bench.momenta import synthetic_momentum
+
+    M = get_manifold(name)
+    for seed in range(draws):
+        g = torch.Generator().manual_seed(seed)
+        W = M.random_point((n, n), generator=g).double()
+        yield M, W, synthetic_momentum((n, n), 1.3, 1.0, False, g).double()
+
+
+@pytest.mark.parametrize("name", ["dgram", "gram_oblique"])
+def test_anderson_certifies_square_weights_in_fewer_iterations(name):
+    """``gram_solve(anderson=5)`` (the exact mode's fallback) certifies every draw to 1e-6, honestly (the gap recomputed
+    from the m x n matrices), in under three quarters of the iterations that over-relaxed ADMM takes in all (measured
+    when written: about half on DGram, 0.45 on Oblique)."""
+    plain = accelerated = 0
+    for M, W, G in _square_draws(name):
+        base = gram_solve(W, G, M.gram_projector, steps=600, tol=1e-6)
+        sol = gram_solve(W, G, M.gram_projector, steps=600, tol=1e-6, anderson=5)
+        assert float(sol.gap) <= 1e-6
+        assert certified_gap(M, W, G, sol) <= 1e-6 + 1e-9
+        plain, accelerated = plain + int(base.iterations), accelerated + int(sol.iterations)
+    assert accelerated < 0.75 * plain, (accelerated, plain)
+
+
+def test_anderson_restart_pays_on_square_oblique(monkeypatch):
+    """The safeguard: dropping a matrix's history where its residual grows. On square Oblique at n = 64 (four draws)
+    Anderson without it took 580 iterations in all to 1e-6 when this was written, with it 348; asserted: with it,
+    under 0.8 times without."""
+    from manifold_muon.optim import inner_solvers
+
+    def total():
+        return sum(int(gram_solve(W, G, M.gram_projector, steps=400, tol=1e-6, anderson=5).iterations)
+                   for M, W, G in _square_draws("gram_oblique", n=64))
+
+    guarded = total()
+    monkeypatch.setattr(inner_solvers, "ANDERSON_RESTART", float("inf"))
+    assert guarded < 0.8 * total()
+
+
+def test_anderson_batch_gives_each_matrix_what_it_gets_alone():
+    """Each matrix of a batch solves its own least squares and restarts on its own residual."""
+    draws = list(_square_draws("dgram", n=16, draws=3))
+    M = draws[0][0]
+    W, G = torch.stack([d[1] for d in draws]), torch.stack([d[2] for d in draws])
+    batched = gram_solve(W, G, M.gram_projector, steps=300, tol=1e-6, anderson=5)
+    for i in range(3):
+        alone = gram_solve(W[i], G[i], M.gram_projector, steps=300, tol=1e-6, anderson=5)
+        assert int(alone.iterations) == int(batched.iterations[i])
+        assert torch.allclose(alone.matrix(), batched.matrix()[i], atol=1e-9)
+
+
+@pytest.mark.parametrize("memory", [-1, 2.5, True])
+def test_anderson_refuses_a_memory_that_is_not_one(memory):
+    M, W, G = problem("dgram", (6, 6), 0)
+    with pytest.raises(ValueError, match="anderson is a memory"):
+        gram_solve(W, G, M.gram_projector, anderson=memory)
+
+
+def test_exact_mode_caps_newton_on_square_weights(monkeypatch):
+    """On a square weight the exact mode gives Newton at most ``SQUARE_NEWTON_STEPS`` steps before its fallback; on a
+    rectangular one, all of ``newton_steps``."""
+    from manifold_muon.optim import inner_solvers
+
+    seen = []
+    real = inner_solvers.newton_solve
+    monkeypatch.setattr(inner_solvers, "newton_solve", lambda *a, **k: seen.append(k["steps"]) or real(*a, **k))
+    for shape in [(12, 12), (12, 5)]:
+        M, W, G = problem("gram_oblique", shape, 1)
+        inner_solvers.exact_solve(W, G, M.gram_projector, tol=1e-14, admm_steps=2, newton_steps=30, fallback_steps=0)
+    assert seen == [inner_solvers.SQUARE_NEWTON_STEPS, 30]
+
+
 def test_warm_start_from_the_solution_stops_at_once():
     M, W, G = problem("gram_oblique", (10, 4), 6)
     cold = gram_solve(W, G, M.gram_projector, steps=200, tol=1e-6)
