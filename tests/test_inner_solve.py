@@ -222,9 +222,13 @@ def test_anderson_batch_gives_each_matrix_what_it_gets_alone():
 
 @pytest.mark.parametrize("memory", [-1, 2.5, True])
 def test_anderson_refuses_a_memory_that_is_not_one(memory):
+    from manifold_muon.optim.inner_solvers import exact_solve
+
     M, W, G = problem("dgram", (6, 6), 0)
     with pytest.raises(ValueError, match="anderson is a memory"):
         gram_solve(W, G, M.gram_projector, anderson=memory)
+    with pytest.raises(ValueError, match="exact_solve: anderson is a memory"):  # before its ADMM and Newton stages
+        exact_solve(W, G, M.gram_projector, anderson=memory, tol=1.0)
 
 
 def test_exact_mode_caps_newton_on_square_weights(monkeypatch):

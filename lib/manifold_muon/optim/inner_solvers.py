@@ -599,6 +599,11 @@ def admm_gram(pic: GramPicture, Lambda, U, rho, steps, relax=1.0, eig=None):
 ANDERSON_RESTART = 1.0  # ``_Anderson``: a matrix's history is dropped where its residual exceeds this times its least
 
 
+def _check_anderson(anderson, caller: str) -> None:
+    if not isinstance(anderson, int) or isinstance(anderson, bool) or anderson < 0:
+        raise ValueError(f"{caller}: anderson is a memory, an int >= 0 (0: no acceleration), got {anderson!r}")
+
+
 class _Anderson:
     """Type-II Anderson acceleration of ADMM's fixed-point map (``gram_solve(anderson=m)``), per matrix of a batch.
 
@@ -607,8 +612,8 @@ class _Anderson:
     (dX) and of residuals (dG), the next iterate is T(x) - (dX + dG) gamma, gamma the least-squares solution of
     dG gamma = g (Walker and Ni 2011, with mixing 1), by its m x m normal equations with a ridge of 1e-12 of their
     trace. Safeguard: where a matrix's residual norm exceeds ``ANDERSON_RESTART`` times the least it has had, its
-    history is dropped (its columns of dX and dG zeroed: the ridge then gives them gamma = 0) and the step is
-    T(x) itself. Each matrix solves its own least squares and restarts on its own residual, so a batch gives every
+    history is dropped (the columns written until then are masked out of its least squares, where the ridge gives them
+    gamma = 0) and the step is T(x) itself. Each matrix solves its own least squares and restarts on its own residual, so a batch gives every
     matrix what it would get alone. Only iterates change: any multiplier gives a bound and any U a candidate that the
     certificate makes feasible, so the certificate stays what it is.
 
@@ -739,8 +744,7 @@ def gram_solve(W, G, P, steps=16, tol=1e-3, rho=None, warm=None, check_every=4, 
     iterations (``relax`` is not used) accelerated by Anderson's method with that memory and a restart safeguard
     (``_Anderson``, which says why and what it measured); 0, the default, iterates as above."""
     _check_relax(relax, "gram_solve")
-    if not isinstance(anderson, int) or isinstance(anderson, bool) or anderson < 0:
-        raise ValueError(f"gram_solve: anderson is a memory, an int >= 0 (0: no acceleration), got {anderson!r}")
+    _check_anderson(anderson, "gram_solve")
     rtol = 1e-3 if dtype != torch.float64 else (1e-7 if W.dtype == torch.float64 else 1e-6)
     if W.dtype not in (torch.float32, torch.float64):  # bfloat16 / float16 in: products in float32
         W, G = W.float(), G.float()
@@ -1467,6 +1471,7 @@ def exact_solve(W, G, P, warm=None, tol=1e-6, admm_steps=16, newton_steps=30, cg
     Why Newton first when warm (2026-12-06, chapter 04): the ADMM iterations are there to bring a cold start into
     Newton's reach, and the last step's multiplier is already there; on GPT-2 small's rectangular Stiefel shapes
     they cost as much as the Newton steps that followed and did not shorten them."""
+    _check_anderson(anderson, "exact_solve")  # before any work (the fallback, which reads it, comes last)
     square = W.size(-2) == W.size(-1)
     if warm is None or square:
         sol = gram_solve(W, G, P, steps=admm_steps, tol=tol, warm=warm, normalize=normalize)
