@@ -612,10 +612,11 @@ class _Anderson:
     (dX) and of residuals (dG), the next iterate is T(x) - (dX + dG) gamma, gamma the least-squares solution of
     dG gamma = g (Walker and Ni 2011, with mixing 1), by its m x m normal equations with a ridge of 1e-12 of their
     trace. Safeguard: where a matrix's residual norm exceeds ``ANDERSON_RESTART`` times the least it has had, its
-    history is dropped (the columns written until then are masked out of its least squares, where the ridge gives them
-    gamma = 0) and the step is T(x) itself. Each matrix solves its own least squares and restarts on its own residual, so a batch gives every
-    matrix what it would get alone. Only iterates change: any multiplier gives a bound and any U a candidate that the
-    certificate makes feasible, so the certificate stays what it is.
+    history is dropped (the columns written until then are masked out of its least squares, where the ridge gives
+    them gamma = 0) and the step is T(x) itself. Each matrix solves its own least squares and restarts on its own
+    residual, so a batch gives every matrix what it would get alone. Only iterates change: any multiplier gives a
+    bound and any U a candidate that the certificate makes feasible, so the certificate stays what it is. No host
+    read of its own (the solve is ``solve_ex``'s, whose status stays on the device; the ridge keeps it regular).
 
     Why: on square DGram and Oblique weights the optimum is rank-deficient, Newton does not certify it, and the exact
     mode's certificate came from ADMM's slow linear tail. Measured (2026-12-07, scratch probe, one thread, the table's
@@ -633,7 +634,7 @@ class _Anderson:
         self.memory = memory
         self.x_prev = self.g_prev = None
         self.dX = self.dG = None  # (..., N, memory): the history, column i % memory written at iteration i
-        self.born = []  # the iteration each column was written at
+        self.born = None  # (memory,), on the device: the iteration each column was written at (-1: not yet)
         self.restart = None  # per matrix: the iteration of its last restart (columns written then or before are not its)
         self.least = None  # per matrix: the least residual norm so far
         self.i = 0
@@ -664,26 +665,23 @@ class _Anderson:
         if self.dX is None:
             self.dX = x.new_zeros(x.shape + (self.memory,))
             self.dG = torch.zeros_like(self.dX)
+            self.born = torch.full((self.memory,), -1, dtype=torch.long, device=x.device)
         col = (i - 1) % self.memory
         torch.sub(x, self.x_prev, out=self.dX[..., col])
         torch.sub(g, self.g_prev, out=self.dG[..., col])
-        if len(self.born) < self.memory:
-            self.born.append(i)
-        else:
-            self.born[col] = i
+        self.born[col] = i
         self.restart = torch.where(norm > ANDERSON_RESTART * self.least, i, self.restart)
         self.least = torch.minimum(self.least, norm)
         self.x_prev, self.g_prev = x, g
-        k = len(self.born)
+        k = min(i, self.memory)  # the columns written so far
         dX, dG = self.dX[..., :k], self.dG[..., :k]
-        born = torch.tensor(self.born, device=x.device)
-        own = (born > self.restart.unsqueeze(-1)).to(x.dtype)  # (..., k): columns since the matrix's restart
+        own = (self.born[:k] > self.restart.unsqueeze(-1)).to(x.dtype)  # (..., k): columns since the matrix's restart
         mask = own.unsqueeze(-1) * own.unsqueeze(-2)
         gram = (dG.mT @ dG) * mask
         rhs = (dG.mT @ g.unsqueeze(-1)) * own.unsqueeze(-1)
         trace = torch.diagonal(gram, dim1=-2, dim2=-1).sum(-1)
         ridge = (1e-12 * trace).clamp_min(torch.finfo(x.dtype).tiny)[..., None, None]
-        gamma = torch.linalg.solve(gram + ridge * torch.eye(k, dtype=x.dtype, device=x.device), rhs)
+        gamma = torch.linalg.solve_ex(gram + ridge * torch.eye(k, dtype=x.dtype, device=x.device), rhs)[0]
         return self._unpack(pic, fx - (dX @ gamma + dG @ gamma).squeeze(-1))
 
 
