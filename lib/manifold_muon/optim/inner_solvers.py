@@ -1444,39 +1444,229 @@ def newton_solve(W, G, P, warm=None, tol=1e-8, steps=40, cg_steps=40, normalize=
     return GramSolve(best_A, pic, Lambda, U, best_gap, iterations, wide)
 
 
+# ====================================================================== the exact mode on square weights: SSN-ALM
+#
+# Square DGram and Oblique optima are mostly rank-deficient (chapter 04, ``sec-exact-square``): Z* = G + 2 W Lambda*
+# has singular values that vanish, f is not differentiable there, and Newton on f does not certify. The augmented
+# Lagrangian method on the primal (Rockafellar's proximal method of multipliers on the dual) has an inner problem that
+# stays smooth there. With W = Q R (square, R^T R = D) everything is n x n in R's coordinates: g = Q^T G = R K0, a
+# primal candidate y = Q^T A, and for a multiplier Lambda the point X = y + sigma (g + 2 R Lambda). One outer step:
+#     Lambda+ = argmin h(Lambda),  h = Moreau envelope of ||.||_* at X / sigma, grad h = P(R^T Pi(X) + Pi(X)^T R)
+#     y+      = Pi(X(Lambda+)),    Pi: singular values clipped at 1 (the projection onto the unit op-norm ball)
+# so y+ is in the ball and, where grad h = 0, tangent: the primal candidate is feasible by construction and the dual
+# bound is ||g + 2 R Lambda+||_*. The inner problem is solved by semismooth Newton-CG: Pi's generalised Jacobian at
+# X = U diag(s) V^T is dPi[H] = U (Omega1 o sym(U^T H V) + Omega2 o skew(U^T H V)) V^T, Omega1_ij = (f_i - f_j) /
+# (s_i - s_j), Omega2_ij = (f_i + f_j) / (s_i + s_j), f = min(s, 1): entries in [0, 1], bounded where the
+# rank-deficiency makes the Hessian of f itself blow up (1 / s). Zhao, Sun and Toh (2010, SDPNAL) for the method.
+
+ALM_STEPS = 60  # the exact mode's outer steps on a square weight (``exact_solve``)
+ALM_SIGMA = (1.0, 1.5, 100.0)  # the penalty: first value, growth a step, cap (``alm_solve``: measured there)
+ALM_CG32 = 1e-6  # the inner target below which CG's products are float64
+ALM_FORCING = 0.05  # the inner solve stops at ||grad h|| <= this times the last outer step's ||y+ - y||
+
+
+def _alm_omegas(s):
+    """(Omega1 + Omega2) / 2 and (Omega1 - Omega2) / 2 of the clipped singular values (see above), so that
+    dPi's middle factor is Op o M + Om o M^T."""
+    f = s.clamp_max(1)
+    si, sj = s.unsqueeze(-1), s.unsqueeze(-2)
+    fi, fj = f.unsqueeze(-1), f.unsqueeze(-2)
+    diff, total = si - sj, si + sj
+    inside = (s < 1).to(s.dtype)
+    close = diff.abs() <= 1e-12 * total
+    o1 = torch.where(close, 0.5 * (inside.unsqueeze(-1) + inside.unsqueeze(-2)),
+                     (fi - fj) / torch.where(close, 1, diff))
+    o2 = torch.where(total > 0, (fi + fj) / torch.where(total > 0, total, 1), 1.0)
+    return 0.5 * (o1 + o2), 0.5 * (o1 - o2)
+
+
+def _alm_at(y, sigma, g, RL):
+    """(U, s, Vh, Pi(X), h's value up to a constant) at X = y + sigma (g + RL) (one SVD)."""
+    X = y + sigma[..., None, None] * (g + RL)
+    U, s, Vh = torch.linalg.svd(X)
+    Pi = (U * s.clamp_max(1).unsqueeze(-2)) @ Vh
+    h = ((s - 1).clamp_min(0).sum(-1) + 0.5 * (s.clamp_max(1) ** 2).sum(-1)) / sigma
+    return U, s, Vh, Pi, h
+
+
+def alm_solve(W, G, P, warm=None, tol=1e-8, steps=60, cg_steps=200, newton_steps=8, normalize=True,
+              sigma=ALM_SIGMA) -> GramSolve:
+    """The exact mode's engine on a square weight (see above): the semismooth-Newton augmented Lagrangian method, in
+    float64, from ``warm`` = (Lambda, U) (a ``gram_solve``'s: its multiplier and its scaled ADMM multiplier U, a primal
+    candidate, as a ``Span`` or the m x n matrix) or the cold start (the tangent projection's multiplier, y = 0), until
+    the certified relative gap is <= ``tol`` or after ``steps`` outer steps. Each outer step: at most ``newton_steps``
+    semismooth Newton steps on h until ||grad h|| <= ``ALM_FORCING`` times the last outer step's ||y+ - y||, each a
+    conjugate-gradient solve (at most ``cg_steps`` steps of four n x n products, five or six where R is not taken as
+    its diagonal; in float32 while the inner target is above ``ALM_CG32``; Jacobi-preconditioned where D is diagonal)
+    and a backtracking line search on h (one SVD a try); then y+ = Pi(X), the penalty grows (``sigma`` = (first,
+    growth, cap)), and the certificate: y+ made feasible (``feasible``: tangent part, then scaled into the ball; one
+    eigvalsh) against the bound ||G + 2 W Lambda||_* from Z's singular values (one ``svdvals``; why not through
+    Z^T Z: below). A matrix within ``tol`` stops moving. Returns the best certified candidate of each matrix (the gap
+    is a certificate) and its (Lambda, U = y's coefficients) to warm-start from. Host reads: the exact mode's, a few
+    an inner step.
+
+    Measured (2026-12-07, one CPU thread, the benchmark's 128 x 128 draws, momenta 0 and 5, after ``gram_solve``'s 16
+    ADMM iterations), against the Newton-then-Anderson-ADMM path the exact mode took on square weights until then:
+    to tol 1e-9, DGram 1.5 s and 1.2 s certified 4e-10 and 2e-10, where the old path stopped at 6e-8 and 2e-8 in 1.3 s;
+    Oblique 0.16 s and 0.23 s, 1e-9, where the old path took 1.0 s and 1.4 s and the second stopped at 2.4e-6. To tol
+    1e-6 DGram took 0.97 s and 0.68 s (old: 1.09 s and 0.56 s). The penalty schedule: growth 1.5 to a cap of 100 from
+    1, chosen on DGram momentum 0 at 128 among first values 0.3 to 10, growths 1.3 to 2 and caps 30 to 1000 (within
+    0.84-3.3 s to 1e-6; larger penalties take fewer outer steps and more CG steps each)."""
+    if W.size(-2) != W.size(-1):
+        raise ValueError(f"alm_solve: square weights only (got {tuple(W.shape[-2:])}); a rectangular weight's optimum "
+                         "is mostly full-rank: use newton_solve or exact_solve")
+    if not (len(sigma) == 3 and 0 < sigma[0] <= sigma[2] and sigma[1] >= 1):
+        raise ValueError(f"alm_solve: sigma must be (first > 0, growth >= 1, cap >= first), got {sigma!r}")
+    if W.dtype != torch.float64:
+        W, G = W.double(), G.double()
+    Wt, Gt, wide = _tall_unit(W, G, normalize, views=True)
+    pic = gram_picture(Wt, Gt, P, torch.float64)
+    # W = Q R with the whole D (R^T R = D): where the picture takes D as diagonal (a DGram point), its off-diagonal
+    # rounding (~1e-8 relative for a float32 weight) would otherwise be a floor of that size under the certified gap.
+    # The ridge (float64's rounding of D) keeps R invertible where W has a zero column
+    d = torch.diagonal(pic.D, dim1=-2, dim2=-1)
+    ridge = torch.finfo(torch.float64).eps * d.amax(-1).clamp_min(1e-30)
+    R = _cholesky(pic.D + ridge[..., None, None] * pic.eye()).mT
+    to_y = lambda a: R @ a  # noqa: E731
+    from_y = lambda y: torch.linalg.solve_triangular(R, y, upper=True)  # noqa: E731
+    g = R @ pic.K0
+    if warm is None:
+        S = pic.DK0
+        Lambda, y = -0.5 * multiplier(pic, S + S.mT), torch.zeros_like(g)
+    else:
+        Lambda = warm[0].to(torch.float64)
+        y = to_y(_warm_span(pic, warm[1]).a) if warm[1] is not None else torch.zeros_like(g)
+
+    def grad(Pi):
+        S = R.mT @ Pi
+        return P(S + S.mT)
+
+    def norm(X):
+        return torch.linalg.matrix_norm(X)
+
+    batch = pic.D.shape[:-2]
+    sig = torch.full(batch, float(sigma[0]), dtype=torch.float64, device=g.device)
+    best_A, best_gap, best_Lambda, best_y = None, None, Lambda, y
+    iterations = torch.zeros(batch, dtype=torch.long, device=g.device)
+    stop_in = torch.full(batch, 1e-3, dtype=torch.float64, device=g.device)
+    for it in range(steps + 1):
+        if it:
+            U, s, Vh, Pi, h = _alm_at(y, sig, g, 2 * R @ Lambda)
+            F = grad(Pi)
+            for _ in range(newton_steps):
+                Fn = norm(F)
+                todo = moving & (Fn > stop_in)
+                if not bool(todo.any()):
+                    break
+                Op, Om = _alm_omegas(s)
+                # CG in float32 while the inner target is loose: the direction only has to be a good one (F and
+                # the line search are float64); below ALM_CG32 float32's rounding of the products stalls it
+                c32 = torch.float32 if float(stop_in.min()) > ALM_CG32 else torch.float64
+                R32 = R.to(c32)
+                r32 = torch.diagonal(R32, dim1=-2, dim2=-1)
+                U32, Vh32, Op32, Om32 = U.to(c32), Vh.to(c32), Op.to(c32), Om.to(c32)
+                V32, two_sig = Vh32.mT, (2 * sig).to(c32)[..., None, None]
+                # R as its diagonal in float32 where D is diagonal to float32's rounding (the rest is below it)
+                row = pic.diagonal and c32 == torch.float32  # (the Jacobi weights below read r32 where diagonal)
+                rmul = (lambda x: r32.unsqueeze(-1) * x) if row else (lambda x: R32 @ x)
+                rtmul = (lambda x: r32.unsqueeze(-1) * x) if row else (lambda x: R32.mT @ x)
+
+                def hvp(x):
+                    H = U32.mT @ (two_sig * rmul(x)) @ V32
+                    S = rtmul(U32 @ (Op32 * H + Om32 * H.mT) @ Vh32)
+                    return P(S + S.mT) + 1e-12 * x
+
+                if pic.diagonal:  # Jacobi: the Hessian's diagonal without its O(1/n) cross terms
+                    T = (r32 * r32).unsqueeze(-1) * ((U32 * U32) @ Op32 @ (V32 * V32).mT)
+                    dg = T + T.mT
+                    dg = torch.where(dg > 0, dg, 1)
+                    pre = lambda z: z / dg  # noqa: E731
+                else:
+                    pre = lambda z: z  # noqa: E731
+                target = (torch.minimum(Fn.sqrt(), torch.full_like(Fn, 0.1)) * torch.minimum(Fn, stop_in) / Fn) ** 2
+                x = _pcg(hvp, -F.to(c32), pre, cg_steps, stop=float(target.min()))
+                x = P(_sym(torch.nan_to_num(x.to(torch.float64), nan=0.0, posinf=0.0, neginf=0.0)))
+                slope = (F * x).sum((-2, -1))
+                t = torch.ones_like(sig)
+                open_ = todo.clone()
+                for _ in range(12):  # backtracking on h, per matrix; where h's rounding hides the decrease, taken
+                    U1, s1, Vh1, Pi1, h1 = _alm_at(y, sig, g, 2 * R @ (Lambda + t[..., None, None] * x))
+                    ok = (h1 <= h + 1e-4 * t * slope) | ((t * slope).abs() < 1e-13 * h.abs())
+                    take = open_ & ok
+                    Lambda = torch.where(take[..., None, None], Lambda + t[..., None, None] * x, Lambda)
+                    U, Vh, Pi = (torch.where(take[..., None, None], new, old)
+                                 for new, old in ((U1, U), (Vh1, Vh), (Pi1, Pi)))
+                    s, h = torch.where(take[..., None], s1, s), torch.where(take, h1, h)
+                    open_ = open_ & ~ok
+                    if not bool(open_.any()):
+                        break
+                    t = torch.where(open_, 0.5 * t, t)
+                F = grad(Pi)
+            step = norm(Pi - y)
+            y = torch.where(moving[..., None, None], Pi, y)
+            stop_in = torch.where(moving, torch.minimum(stop_in, ALM_FORCING * step).clamp_min(1e-13), stop_in)
+            sig = torch.where(moving, (sig * sigma[1]).clamp_max(sigma[2]), sig)
+            iterations = iterations + moving
+        # the certificate: y made feasible (``feasible``), and the bound ||Z||_* from Z's own singular values in R's
+        # coordinates (Z = Q (g + 2 R Lambda)): through Z^T Z (``certificate``) each of the many vanishing singular
+        # values of a rank-deficient Z carries an error of ~1e-8 of the largest, a floor near 1e-8 under the gap
+        A, value = feasible(pic, Span(from_y(y), torch.zeros_like(y)))
+        bound = torch.linalg.svdvals(g + 2 * R @ Lambda).sum(-1)
+        gap = _relative_gap(value, bound)
+        if best_A is None:
+            best_A, best_gap = A, gap
+        else:
+            better = gap < best_gap
+            best_A, best_gap, best_Lambda, best_y = _keep(better, (A, gap, Lambda, y),
+                                                          (best_A, best_gap, best_Lambda, best_y))
+        moving = best_gap > tol
+        if not bool(moving.any()):
+            break
+    U = Span(from_y(best_y), torch.zeros_like(best_y))
+    return GramSolve(best_A, pic, best_Lambda, U, best_gap, iterations, wide)
+
+
 ANDERSON_MEMORY = 5  # the exact mode's fallback: Anderson-accelerated ADMM with this memory (``_Anderson``)
-# Newton steps the exact mode tries on a square weight before its fallback. Square DGram and Oblique optima are mostly
-# rank-deficient, where Newton does not certify: measured (2026-12-07, scratch probe, one thread, the table's 128 x 128
-# draws of seeds 0 and 1, cold), thirty Newton steps left the certified gap where the fallback alone took it, and cost
-# 0.9 s of DGram's 1.4 s a solve; where the optimum has full rank Newton certifies within a few steps (square Oblique at
-# 768 x 768, seed 0, cold: six steps after ADMM's sixteen)
-SQUARE_NEWTON_STEPS = 8
 
 
 def exact_solve(W, G, P, warm=None, tol=1e-6, admm_steps=16, newton_steps=30, cg_steps=20, fallback_steps=400,
-                normalize=True, eigenbasis: bool = False, anderson: int = ANDERSON_MEMORY) -> GramSolve:
-    """The exact mode. On a rectangular weight from ``warm`` (a training run's: the last step's multiplier):
-    ``newton_solve`` from it first, then ``gram_solve`` (ADMM, ``admm_steps``) from it where Newton did not certify.
-    Cold (``warm`` None), and on a square weight: ``gram_solve`` first (on a square W it certifies the cold start
-    first, which is the closed form on square Stiefel; square DGram and Oblique have rank-deficient optima, where the
-    dual is not smooth and Newton does not certify), then ``newton_solve`` from its multiplier where the certificate
-    is above ``tol``. Then, where neither certified, ADMM again up to ``fallback_steps``, accelerated by Anderson's
-    method with memory ``anderson`` (``_Anderson``; 0: plain over-relaxed ADMM, as until 2026-12-07); per matrix the
-    best certified candidate. The returned gap is a certificate; a matrix can still end above ``tol`` (then the gap
-    says by how much). On a square weight Newton gets at most ``SQUARE_NEWTON_STEPS`` steps (why: there).
-    ``eigenbasis``: ``newton_solve``'s, for Stiefel.
+                normalize=True, eigenbasis: bool = False, anderson: int = ANDERSON_MEMORY,
+                alm_steps: int = ALM_STEPS) -> GramSolve:
+    """The exact mode. On a square weight: ``gram_solve`` (``admm_steps``, from ``warm`` and the cold start; it
+    certifies the cold start first, which is the closed form on square Stiefel), then, where the certificate is above
+    ``tol``, the augmented Lagrangian method (``alm_solve``, at most ``alm_steps`` outer steps; 0: none) from its
+    multiplier and its ADMM multiplier U. Why: square DGram and Oblique optima are mostly rank-deficient (chapter 04,
+    ``sec-exact-square``), where the dual is not smooth and Newton on it does not certify; ``alm_solve`` says what it
+    measured against the path taken there until 2026-12-07 (eight Newton steps, then the fallback below).
+
+    On a rectangular weight from ``warm`` (a training run's: the last step's multiplier): ``newton_solve`` from it
+    first, then ``gram_solve`` (ADMM, ``admm_steps``) from it where Newton did not certify. Cold (``warm`` None):
+    ``gram_solve`` first, then ``newton_solve`` from its multiplier where the certificate is above ``tol``.
+
+    On either, where the certificate is still above ``tol``: ADMM again up to ``fallback_steps`` from the best state
+    so far, accelerated by Anderson's method with memory ``anderson`` (``_Anderson``; 0: plain over-relaxed ADMM, as
+    until 2026-12-07); per matrix the best certified candidate. (On a square weight this is for faces of optima rather
+    than points, e.g. a rank-2 gradient on a bfloat16 Oblique weight: ``tests/test_inner_solve.py``.) The returned gap
+    is a certificate; a matrix can still end above ``tol`` (then the gap says by how much). ``eigenbasis``:
+    ``newton_solve``'s, for Stiefel.
 
     Why Newton first when warm (2026-12-06, chapter 04): the ADMM iterations are there to bring a cold start into
     Newton's reach, and the last step's multiplier is already there; on GPT-2 small's rectangular Stiefel shapes
     they cost as much as the Newton steps that followed and did not shorten them."""
     _check_anderson(anderson, "exact_solve")  # before any work (the fallback, which reads it, comes last)
-    square = W.size(-2) == W.size(-1)
-    if warm is None or square:
+    if isinstance(alm_steps, bool) or not isinstance(alm_steps, int) or alm_steps < 0:
+        raise ValueError(f"exact_solve: alm_steps is a number of outer steps, an int >= 0 (0: none), got {alm_steps!r}")
+    if W.size(-2) == W.size(-1):
+        sol = gram_solve(W, G, P, steps=admm_steps, tol=tol, warm=warm, normalize=normalize)
+        if bool((sol.gap <= tol).all()) or not alm_steps:
+            return sol
+        sol = _better(sol, alm_solve(W, G, P, warm=(sol.Lambda, sol.U), tol=tol, steps=alm_steps,
+                                     normalize=normalize))
+    elif warm is None:
         sol = gram_solve(W, G, P, steps=admm_steps, tol=tol, warm=warm, normalize=normalize)
         if bool((sol.gap <= tol).all()):
             return sol
-        nt = newton_solve(W, G, P, warm=(sol.Lambda, sol.U), tol=tol,
-                          steps=min(newton_steps, SQUARE_NEWTON_STEPS) if square else newton_steps, cg_steps=cg_steps,
+        nt = newton_solve(W, G, P, warm=(sol.Lambda, sol.U), tol=tol, steps=newton_steps, cg_steps=cg_steps,
                           normalize=normalize, eigenbasis=eigenbasis)
         sol = _better(sol, nt)
     else:

@@ -33,9 +33,10 @@ Inner solvers (``inner``):
 * ``"exact"``: ``inner_solvers.exact_solve``: from the previous step's multiplier, Newton-CG on the dual damped by
   Levenberg-Marquardt (quadratic near the optimum; CG's products in float32, the gradient and the certificate in
   float64), then ``inner_steps`` (16) ADMM iterations where it did not certify (on the first step, with no
-  multiplier yet, and on square weights, the ADMM iterations first), then more ADMM where neither certified, until
-  the relative gap is ``tol`` (1e-6). Reads the host to stop; for references and for studying the solver's
-  accuracy.
+  multiplier yet, the ADMM iterations first), then more ADMM where neither certified, until the relative gap is
+  ``tol`` (1e-6). On square weights, whose DGram and Oblique optima are mostly rank-deficient: the ADMM iterations,
+  then the semismooth-Newton augmented Lagrangian method (``inner_solvers.alm_solve``). Reads the host to stop; for
+  references and for studying the solver's accuracy.
 * ``"gram_admm"`` (default): ``inner_solvers.gram_solve``, Buchanan's ADMM (over-relaxed) run on n x n coefficients,
   warm-started from the previous step's multipliers, stopped by a certificate (relative duality gap
   <= ``tol``) or after ``inner_steps`` iterations; the direction and the retraction are fused into one

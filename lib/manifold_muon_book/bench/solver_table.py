@@ -304,7 +304,7 @@ def start_point(shape, manifold: str, seed: int = 0):
 
 
 def measure(shape, manifold: str, repeats: int, warmup: int, ref_max_n: int, seed: int = 0,
-            variants=TABLE_VARIANTS, square_ref_max_n: int = 128, steady: int = 0, steady_variants=(),
+            variants=TABLE_VARIANTS, square_ref_max_n: int = 768, steady: int = 0, steady_variants=(),
             timing=None) -> list[dict]:
     """The rows of one (shape, manifold). ``timing``: ``paired_times``' settings (default ``TIMING``)."""
     timing = dict(TIMING, **(timing or {}))
@@ -316,8 +316,9 @@ def measure(shape, manifold: str, repeats: int, warmup: int, ref_max_n: int, see
     G, Wd = grads[-1].double().cpu(), W0.double().cpu()
     ref = steady_ref = None
     # one certified reference for every variant (all step from the same (W0, G)); none on square DGram and Oblique
-    # past ``square_ref_max_n``: their optimum is rank-deficient, the exact mode's Newton stage does not certify it and
-    # its ADMM fallback takes tens of minutes at n = 768
+    # past ``square_ref_max_n``: their optimum is rank-deficient, which the exact mode certifies by its augmented
+    # Lagrangian method (``alm_solve``) since 2026-12-07, minutes a reference at n = 768 on one CPU thread (before, its
+    # ADMM fallback took tens of minutes and did not certify; the default was 128 until then)
     if min(shape) <= ref_max_n and (shape[0] != shape[1] or manifold == "stiefel" or shape[0] <= square_ref_max_n):
         ref = reference(M, Wd, G, grads[-1])  # None: not certified close enough to judge e_W against
         if ref is not None and steady > len(grads):
