@@ -1505,13 +1505,16 @@ def alm_solve(W, G, P, warm=None, tol=1e-8, steps=60, cg_steps=200, newton_steps
     is a certificate) and its (Lambda, U = y's coefficients) to warm-start from. Host reads: the exact mode's, a few
     an inner step.
 
-    Measured (2026-12-07, one CPU thread, the benchmark's 128 x 128 draws, momenta 0 and 5, after ``gram_solve``'s 16
-    ADMM iterations), against the Newton-then-Anderson-ADMM path the exact mode took on square weights until then:
-    to tol 1e-9, DGram 1.5 s and 1.2 s certified 4e-10 and 2e-10, where the old path stopped at 6e-8 and 2e-8 in 1.3 s;
-    Oblique 0.16 s and 0.23 s, 1e-9, where the old path took 1.0 s and 1.4 s and the second stopped at 2.4e-6. To tol
-    1e-6 DGram took 0.97 s and 0.68 s (old: 1.09 s and 0.56 s). The penalty schedule: growth 1.5 to a cap of 100 from
-    1, chosen on DGram momentum 0 at 128 among first values 0.3 to 10, growths 1.3 to 2 and caps 30 to 1000 (within
-    0.84-3.3 s to 1e-6; larger penalties take fewer outer steps and more CG steps each)."""
+    Measured (2026-12-07, one CPU thread, the benchmark's 128 x 128 draws, momenta 0 and 5, cold, through
+    ``exact_solve``), against the path the exact mode took on square weights until then (eight Newton steps, then the
+    Anderson fallback): to tol 1e-9, DGram in 1.6 s and 1.2 s, certified 4e-10 and 2e-10, where the old path stopped
+    at 6e-8 and 2e-8 in 1.4 s and 1.3 s; Oblique in 0.16 s and 0.24 s, where the old path took 1.0 s and 1.4 s and
+    the second stopped at 2.4e-6. To tol 1e-6, DGram in 0.86 s and 0.68 s (old: 1.05 s and 0.53 s), Oblique in 0.12 s
+    and 0.18 s (old: 0.08 s, and 1.3 s stopping at 2.4e-6). The inner tolerance follows the last outer step, up and
+    down: held to its least so far, DGram to 1e-6 took 1.44 s and 0.97 s; where a face of optima lets the candidate
+    drift (a rank-2 gradient), the Anderson fallback takes over after it (``exact_solve``). The penalty schedule: growth 1.5 to a cap of 100
+    from 1, chosen on DGram momentum 0 at 128 among first values 0.3 to 10, growths 1.3 to 2 and caps 30 to 1000
+    (0.84-3.3 s to 1e-6; larger penalties take fewer outer steps and more CG steps each)."""
     if W.size(-2) != W.size(-1):
         raise ValueError(f"alm_solve: square weights only (got {tuple(W.shape[-2:])}); a rectangular weight's optimum "
                          "is mostly full-rank: use newton_solve or exact_solve")
@@ -1604,7 +1607,7 @@ def alm_solve(W, G, P, warm=None, tol=1e-8, steps=60, cg_steps=200, newton_steps
                 F = grad(Pi)
             step = norm(Pi - y)
             y = torch.where(moving[..., None, None], Pi, y)
-            stop_in = torch.where(moving, torch.minimum(stop_in, ALM_FORCING * step).clamp_min(1e-13), stop_in)
+            stop_in = torch.where(moving, (ALM_FORCING * step).clamp_min(1e-13), stop_in)
             sig = torch.where(moving, (sig * sigma[1]).clamp_max(sigma[2]), sig)
             iterations = iterations + moving
         # the certificate: y made feasible (``feasible``), and the bound ||Z||_* from Z's own singular values in R's
