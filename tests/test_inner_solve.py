@@ -290,7 +290,8 @@ def test_alm_certifies_below_the_floor_of_the_gram_route():
 
 
 def test_alm_batch_certifies_each_matrix():
-    """A batch: each matrix certified to the tolerance, as alone (a matrix within it stops moving)."""
+    """A batch: each matrix certified to the tolerance (a matrix within it stops moving while the others go on), the gap
+    recomputed from the m x n matrices."""
     from manifold_muon.optim.inner_solvers import alm_solve
 
     draws = list(_square_draws("gram_oblique", n=16, draws=3))
