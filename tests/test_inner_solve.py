@@ -345,6 +345,47 @@ def test_exact_mode_takes_alm_on_square_weights_only(monkeypatch):
     assert seen == ["admm0"] and int(sol.iterations) == 2
 
 
+def test_exact_mode_warm_square_oblique_starts_at_a_fixed_penalty(monkeypatch):
+    """From a warm start on a square Oblique weight the exact mode runs ``alm_solve`` first, at the fixed penalty
+    ``ALM_WARM_PENALTY`` for at most ``ALM_WARM_STEPS`` outer steps, and returns its answer where it certifies (honestly:
+    the gap recomputed from the matrices); where it does not, the path of a cold start follows (ADMM, the scheduled
+    ALM, the fallback). On square DGram a warm start takes that path from the first (a fixed penalty does not
+    converge there: benchmark ``alm_warm``), and so does a cold start on Oblique."""
+    from manifold_muon.optim import inner_solvers
+
+    fixed = (inner_solvers.ALM_WARM_PENALTY, 1.0, inner_solvers.ALM_WARM_PENALTY)
+    seen = []
+    real_alm, real_admm = inner_solvers.alm_solve, inner_solvers.gram_solve
+
+    def alm(*a, **k):
+        seen.append(("alm", tuple(k.get("sigma", inner_solvers.ALM_SIGMA)), k["steps"]))
+        return real_alm(*a, **k)
+
+    monkeypatch.setattr(inner_solvers, "alm_solve", alm)
+    monkeypatch.setattr(inner_solvers, "gram_solve",
+                        lambda *a, **k: seen.append(f"admm{k.get('anderson', 0)}") or real_admm(*a, **k))
+    a = inner_solvers.ANDERSON_MEMORY
+    for name in ("gram_oblique", "dgram"):
+        M, W, G = next(_square_draws(name, n=16, draws=1))
+        G2 = 0.95 * G + 0.3 * torch.randn(G.shape, generator=torch.Generator().manual_seed(5), dtype=G.dtype) * G.std()
+        cold = inner_solvers.exact_solve(W, G, M.gram_projector, tol=1e-6)
+        assert seen[0] == "admm0"  # cold: ADMM first on either
+        seen.clear()
+        warm = inner_solvers.exact_solve(W, G2, M.gram_projector, warm=(cold.Lambda, cold.U), tol=1e-6)
+        assert float(warm.gap) <= 1e-6
+        assert float(certified_gap(M, W, G2, warm)) <= float(warm.gap) + 1e-9
+        if name == "gram_oblique":
+            assert seen == [("alm", fixed, inner_solvers.ALM_WARM_STEPS)]  # certified by the fixed penalty alone
+        else:
+            assert seen[0] == "admm0" and all(s[1] != fixed for s in seen if isinstance(s, tuple))
+        seen.clear()
+        inner_solvers.exact_solve(W, G2, M.gram_projector, warm=(cold.Lambda, cold.U), tol=1e-14, admm_steps=2,
+                                  alm_steps=2, fallback_steps=3)
+        scheduled = ("alm", tuple(inner_solvers.ALM_SIGMA), 2)
+        assert seen == ([("alm", fixed, 2)] if name == "gram_oblique" else []) + ["admm0", scheduled, f"admm{a}"]
+        seen.clear()
+
+
 @pytest.mark.parametrize("steps", [-1, 2.5, True])
 def test_exact_mode_refuses_bad_alm_steps_before_any_work(steps, monkeypatch):
     from manifold_muon.optim import inner_solvers

@@ -35,7 +35,8 @@ Inner solvers (``inner``):
   float64), then ``inner_steps`` (16) ADMM iterations where it did not certify (on the first step, with no
   multiplier yet, the ADMM iterations first), then more ADMM where neither certified, until the relative gap is
   ``tol`` (1e-6). On square weights, whose DGram and Oblique optima are mostly rank-deficient: the ADMM iterations,
-  then the semismooth-Newton augmented Lagrangian method (``inner_solvers.alm_solve``). Reads the host to stop; for
+  then the semismooth-Newton augmented Lagrangian method (``inner_solvers.alm_solve``); on square Oblique weights
+  from the previous step's state, that method first, at a fixed high penalty. Reads the host to stop; for
   references and for studying the solver's accuracy.
 * ``"gram_admm"`` (default): ``inner_solvers.gram_solve``, Buchanan's ADMM (over-relaxed) run on n x n coefficients,
   warm-started from the previous step's multipliers, stopped by a certificate (relative duality gap
