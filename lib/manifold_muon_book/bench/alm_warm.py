@@ -31,9 +31,9 @@ apart, with one warm solve a stream (part ``alm_warm_dgram``).
 
 A benchmark: it measures and reports; it asserts nothing about speed.
 
-    python -m manifold_muon_book.bench.alm_warm      # into runs/bench/alm_warm.json (about 6 minutes)
+    python -m manifold_muon_book.bench.alm_warm      # into runs/bench/alm_warm.json (about 3 minutes)
     python -c "from pathlib import Path; from manifold_muon_book.bench import alm_warm as a; \
-        a.main(Path('runs/bench'), weights=a.DGRAM_WEIGHTS, steps=1, name='alm_warm_dgram')"   # about 4 minutes
+        a.main(Path('runs/bench'), weights=a.DGRAM_WEIGHTS, steps=1, name='alm_warm_dgram')"   # about 3 minutes
 """
 
 from __future__ import annotations
