@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from manifold_muon.optim import ManifoldMuon
 from manifold_muon.optim.muon import Muon
 from manifold_muon_lab import train as T
 from manifold_muon_lab.config import RunError
@@ -75,11 +76,33 @@ def test_workers_must_be_a_positive_count(tmp_path):
         T.sweep([cfg(tmp_path, "a")], workers=0)
 
 
+BUG_MARKER = "MANIFOLD_MUON_TEST_BUG_MARKER"  # a file BuggyMuon touches before it raises (where the variable is set)
+
+
 class BuggyMuon(Muon):
     """A bug in a run (a TypeError at its first optimizer step): it must stop the sweep, not be recorded."""
 
     def step(self, closure=None):
+        if os.environ.get(BUG_MARKER):
+            Path(os.environ[BUG_MARKER]).touch()
         raise TypeError("a bug in BuggyMuon.step")
+
+
+class WaitsForTheBug(ManifoldMuon):
+    """ManifoldMuon whose first step waits until BuggyMuon has raised in another worker (its marker file, then half a
+    second for the sweep to hear of it; at most a minute): so the run is still in flight when the bug arrives,
+    whatever the two workers' start-up times (the test below raced on them: CI of 2026-12-07 saw the other run
+    finish, and a third start, before the buggy worker had reached its first step)."""
+
+    def step(self, closure=None):
+        marker = os.environ.get(BUG_MARKER)
+        if marker and not getattr(self, "_waited", False):
+            deadline = time.monotonic() + 60
+            while not Path(marker).exists() and time.monotonic() < deadline:
+                time.sleep(0.01)
+            time.sleep(0.5)
+            self._waited = True
+        return super().step(closure)
 
 
 class DyingMuon(Muon):
@@ -133,13 +156,18 @@ def test_run_errors_are_not_runtime_errors():
 
 
 @pytest.mark.parametrize("workers", [1, 2])
-def test_a_bug_stops_the_sweep_after_the_runs_in_flight_and_is_raised_with_its_traceback(tmp_path, capfd, workers):
+def test_a_bug_stops_the_sweep_after_the_runs_in_flight_and_is_raised_with_its_traceback(tmp_path, capfd, workers,
+                                                                                         monkeypatch):
     first = cfg(tmp_path, "first", max_steps=30, eval_every=30)
     buggy = cfg(tmp_path, "buggy", assignment="unconstrained")
     after = cfg(tmp_path, "after")
     order = [first, buggy, after] if workers == 1 else [buggy, first, after]
+    optimizers = {"muon": BuggyMuon}
+    if workers > 1:  # "first" (ManifoldMuon) is in flight when the bug arrives, by construction (``WaitsForTheBug``)
+        monkeypatch.setenv(BUG_MARKER, str(tmp_path / "bug_raised"))
+        optimizers["manifold_muon"] = WaitsForTheBug
     with pytest.raises(TypeError, match="a bug in BuggyMuon.step"):
-        sweep(order, progress=False, workers=workers, optimizers={"muon": BuggyMuon})
+        sweep(order, progress=False, workers=workers, optimizers=optimizers)
     assert json.loads((tmp_path / "first" / "status.json").read_text())["status"] == "completed"  # it ran to its end
     assert json.loads((tmp_path / "buggy" / "status.json").read_text())["status"].startswith("failed: TypeError")
     assert not (tmp_path / "after").exists()  # no run starts after a bug
