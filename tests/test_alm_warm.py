@@ -13,8 +13,9 @@ def test_alm_warm_refuses_bad_input_first(tmp_path):
     for weights in ([((12, 8), "gram_oblique")], [((12, 12), "stiefel")], [((1, 1), "dgram")]):
         with pytest.raises(ValueError, match="square with n >= 2"):
             alm_warm.main(tmp_path, weights=weights)
-    with pytest.raises(ValueError, match="steps is a number of warm solves"):
-        alm_warm.main(tmp_path, weights=[((12, 12), "dgram")], steps=-1)
+    for steps in (-1, 0, True, 2.5):
+        with pytest.raises(ValueError, match="steps is a number of warm solves"):
+            alm_warm.main(tmp_path, weights=[((12, 12), "dgram")], steps=steps)
     assert not list(tmp_path.iterdir())
 
 

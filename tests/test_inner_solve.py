@@ -384,6 +384,9 @@ def test_exact_mode_warm_square_oblique_starts_at_a_fixed_penalty(monkeypatch):
         scheduled = ("alm", tuple(inner_solvers.ALM_SIGMA), 2)
         assert seen == ([("alm", fixed, 2)] if name == "gram_oblique" else []) + ["admm0", scheduled, f"admm{a}"]
         seen.clear()
+        inner_solvers.exact_solve(W, G2, M.gram_projector, warm=(cold.Lambda, cold.U), tol=1e-6, warm_alm_steps=0)
+        assert seen[0] == "admm0" and all(s[1] != fixed for s in seen if isinstance(s, tuple))  # 0: the old path
+        seen.clear()
 
 
 @pytest.mark.parametrize("n", [16, 32])
@@ -437,13 +440,16 @@ def test_alm_outer_steps_leave_certified_matrices_out(monkeypatch):
 
 
 @pytest.mark.parametrize("steps", [-1, 2.5, True])
-def test_exact_mode_refuses_bad_alm_steps_before_any_work(steps, monkeypatch):
+@pytest.mark.parametrize("name", ["alm_steps", "warm_alm_steps"])
+def test_exact_mode_refuses_bad_alm_steps_before_any_work(steps, name, monkeypatch):
     from manifold_muon.optim import inner_solvers
 
     monkeypatch.setattr(inner_solvers, "gram_solve", lambda *a, **k: pytest.fail("worked before refusing"))
-    M, W, G = problem("dgram", (6, 6), 0)
-    with pytest.raises(ValueError, match="alm_steps is a number of outer steps"):
-        inner_solvers.exact_solve(W, G, M.gram_projector, alm_steps=steps)
+    monkeypatch.setattr(inner_solvers, "alm_solve", lambda *a, **k: pytest.fail("worked before refusing"))
+    M, W, G = problem("gram_oblique", (6, 6), 0)
+    warm = (torch.zeros(6, 6, dtype=W.dtype), None)
+    with pytest.raises(ValueError, match=f"{name} is a number of outer steps"):
+        inner_solvers.exact_solve(W, G, M.gram_projector, warm=warm, **{name: steps})
 
 
 def test_alm_refuses_rectangular_weights_and_bad_penalties():

@@ -1667,7 +1667,7 @@ ANDERSON_MEMORY = 5  # the exact mode's fallback: Anderson-accelerated ADMM with
 
 def exact_solve(W, G, P, warm=None, tol=1e-6, admm_steps=16, newton_steps=30, cg_steps=20, fallback_steps=400,
                 normalize=True, eigenbasis: bool = False, anderson: int = ANDERSON_MEMORY,
-                alm_steps: int = ALM_STEPS) -> GramSolve:
+                alm_steps: int = ALM_STEPS, warm_alm_steps: int = ALM_WARM_STEPS) -> GramSolve:
     """The exact mode. On a square weight: ``gram_solve`` (``admm_steps``, from ``warm`` and the cold start; it
     certifies the cold start first, which is the closed form on square Stiefel), then, where the certificate is above
     ``tol``, the augmented Lagrangian method (``alm_solve``, at most ``alm_steps`` outer steps; 0: none) from its
@@ -1676,7 +1676,8 @@ def exact_solve(W, G, P, warm=None, tol=1e-6, admm_steps=16, newton_steps=30, cg
     measured against the path taken there until 2026-12-07 (eight Newton steps, then the fallback below). From a warm
     start (a training run's: the last step's multiplier and candidate) on a square weight whose multiplier is
     diagonal (Oblique), ``alm_solve`` comes first instead, at the fixed penalty ``ALM_WARM_PENALTY`` (at most
-    ``ALM_WARM_STEPS`` outer steps), and the path above runs only where it does not certify: a large penalty takes few
+    ``warm_alm_steps`` outer steps, ``ALM_WARM_STEPS``; 0: none, the path above alone, as until 2026-12-07, which
+    the benchmark ``alm_warm`` compares with), and the path above runs only where it does not certify: a large penalty takes few
     outer steps once the start is close, where the schedule climbs from 1 whatever the start. Measured (2026-12-07,
     benchmark ``alm_warm``, one CPU thread, four warm solves a stream, the median): at 768 x 768 9.8 Muon steps where
     the path above took 77 on the table's rotating stream, and 36 where it took 143 on its mixture stream (whose
@@ -1700,12 +1701,13 @@ def exact_solve(W, G, P, warm=None, tol=1e-6, admm_steps=16, newton_steps=30, cg
     Newton's reach, and the last step's multiplier is already there; on GPT-2 small's rectangular Stiefel shapes
     they cost as much as the Newton steps that followed and did not shorten them."""
     _check_anderson(anderson, "exact_solve")  # before any work (the fallback, which reads it, comes last)
-    if isinstance(alm_steps, bool) or not isinstance(alm_steps, int) or alm_steps < 0:
-        raise ValueError(f"exact_solve: alm_steps is a number of outer steps, an int >= 0 (0: none), got {alm_steps!r}")
+    for name, value in (("alm_steps", alm_steps), ("warm_alm_steps", warm_alm_steps)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+            raise ValueError(f"exact_solve: {name} is a number of outer steps, an int >= 0 (0: none), got {value!r}")
     if W.size(-2) == W.size(-1):
         first = None
-        if warm is not None and alm_steps and _diagonal_multiplier(P, W):
-            first = alm_solve(W, G, P, warm=warm, tol=tol, steps=min(alm_steps, ALM_WARM_STEPS), normalize=normalize,
+        if warm is not None and alm_steps and warm_alm_steps and _diagonal_multiplier(P, W):
+            first = alm_solve(W, G, P, warm=warm, tol=tol, steps=min(alm_steps, warm_alm_steps), normalize=normalize,
                               sigma=(ALM_WARM_PENALTY, 1.0, ALM_WARM_PENALTY))
             if bool((first.gap <= tol).all()):
                 return first

@@ -13,8 +13,9 @@ about one Muon step on one CPU thread).
 
 Per weight ((n, n), manifold) and per stream of momenta, two chains from the same cold start (``exact_solve`` on the
 first momentum), each warm-started from its own last solve on the next ``steps`` momenta, with W fixed (lr 0, the
-table's protocol): the library's exact mode (arm ``exact``: ``exact_solve(warm=(Lambda, U))``, as ``ManifoldMuon``
-calls it) and the prototype. Per solve: seconds, SVDs (``OpCounter``), the certified relative gap. Muon's float32
+table's protocol): the library's exact mode as it was when this was measured (arm ``exact``: ``exact_solve(warm=(Lambda,
+U), warm_alm_steps=0)``, as ``ManifoldMuon`` called it until the library took the prototype as its first stage on
+square Oblique, c4b4f88) and the prototype. Per solve: seconds, SVDs (``OpCounter``), the certified relative gap. Muon's float32
 step (``solver_table.muon_fp32``) is timed on the same momenta (median) for the ratio. Two streams, because a warm
 start is only as good as the last momentum is close to this one: ``rotating`` (``solver_table.timing_stream``, the
 stream the table times on: one spectrum, singular vectors turning, consecutive momenta correlated 0.95) and
@@ -47,7 +48,7 @@ import torch
 
 from manifold_muon.manifolds import get_manifold
 from manifold_muon.opcount import OpCounter
-from manifold_muon.optim.inner_solvers import alm_solve, exact_solve
+from manifold_muon.optim.inner_solvers import ALM_STEPS, alm_solve, exact_solve
 from .common import one_cpu_thread, write_result
 from . import solver_table as st
 
@@ -57,7 +58,6 @@ QUICK_WEIGHTS = (((12, 12), "gram_oblique"),)
 STREAMS = ("rotating", "mixture")
 PENALTY = 1000.0
 TOL = 1e-6  # the exact mode's certified gap (``ManifoldMuon(inner="exact")``'s default)
-ALM_STEPS = 60  # the prototype's outer steps at most (the exact mode's ``ALM_STEPS``)
 
 
 def momenta(shape, stream: str, count: int):
@@ -89,7 +89,9 @@ def chain(W0, grads, P, first, solve, n: int) -> list[dict]:
     return out
 
 
-ARMS = {"exact": lambda W, G, P, warm: exact_solve(W, G, P, warm=warm, tol=TOL),
+# the exact mode as it was when this was measured: since 2026-12-07 (c4b4f88) it takes the prototype first on
+# square Oblique (``warm_alm_steps``); 0 keeps the comparison the file records
+ARMS = {"exact": lambda W, G, P, warm: exact_solve(W, G, P, warm=warm, tol=TOL, warm_alm_steps=0),
         "alm_fixed": lambda W, G, P, warm: alm_solve(W, G, P, warm=warm, tol=TOL, steps=ALM_STEPS,
                                                      sigma=(PENALTY, 1.0, PENALTY))}
 
@@ -128,8 +130,8 @@ def main(out_dir: Path, quick: bool = False, weights=None, steps: int | None = N
     if bad:
         raise ValueError(f"alm_warm: weights are ((n, n), manifold), square with n >= 2, manifold dgram or "
                          f"gram_oblique (the exact mode's augmented Lagrangian path); got {bad}")
-    steps = steps or (2 if quick else 4)
-    if not isinstance(steps, int) or steps < 1:
+    steps = (2 if quick else 4) if steps is None else steps
+    if isinstance(steps, bool) or not isinstance(steps, int) or steps < 1:
         raise ValueError(f"alm_warm: steps is a number of warm solves, an int >= 1, got {steps!r}")
     t0 = time.perf_counter()
     rows = []
