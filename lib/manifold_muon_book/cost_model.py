@@ -37,7 +37,8 @@ at their iteration caps) and ``dual_ascent_scaling`` (per size the post's dual a
   square Stiefel in closed form (one certificate); ``lean`` an eigh per iteration and the certificate's (one
   fewer with ``certify_first``; on Oblique in the matrix, ``oblique_step``: 6 m n^2 of float64 products for the
   certificate and 4 m n^2 an iteration; with ``tracker="newton"`` two, the default on DGram, its conjugate-gradient steps
-  four n x n float32 products each; with ``tracker="newton_dk"`` one, and 3 n^3 of float64 products more),
+  four n x n float32 products each; with ``tracker="newton_dk"`` one, and 3 n^3 of float64 products more; so does
+  ``"newton_cold"``, the default on rectangular Stiefel),
   ~``LEAN_N3`` n^3 of n x n products and
   12 m n^2; the sphere optimizers (``manifold_muon.optim.spheres``): MACRO and MuonH one msign (Polar
   Express, 5 steps, float32), SSO and FSO ``inner_steps`` (10) bisection msigns at the cap, and on the
@@ -383,9 +384,10 @@ def matrix_step(opt, group: dict, shape) -> Cost:
                 c.dec("eigh", n, n)
                 c.mm(20 * n ** 3, n, "float64")
             else:
-                from manifold_muon.optim.manifold_muon import resolve_tracker
+                from manifold_muon.optim.manifold_muon import lean_steps, resolve_tracker
 
                 tracker = resolve_tracker(M, group.get("tracker") or "auto", shape)
+                steps = lean_steps(M, group.get("tracker") or "auto", shape, steps)
                 if isinstance(M, GramOblique) and tracker == "admm":  # in the matrix (``oblique_step``), float64
                     shared = 1 if group.get("certify_first") and steps else 0
                     c.dec("eigh", small, small, steps + 1 - shared)
@@ -397,7 +399,7 @@ def matrix_step(opt, group: dict, shape) -> Cost:
                 if tracker == "newton":  # Newton basis, certificate
                     c.dec("eigh", small, small, 2)
                     c.mm(2 * (4 * steps + 3) * small ** 3, small, "float32")  # four a CG step; gradient, setup
-                elif tracker == "newton_dk":  # Newton basis; the certificate from it (M = V^T N1 V, V inner V^T)
+                elif tracker in ("newton_dk", "newton_cold"):  # Newton basis; the certificate from it (M = V^T N1 V, V inner V^T)
                     c.dec("eigh", small, small, 1)
                     c.mm(2 * (4 * steps + 3) * small ** 3, small, "float32")
                     c.mm(2 * 3 * small ** 3, small, "float64")

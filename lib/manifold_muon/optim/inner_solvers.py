@@ -809,6 +809,24 @@ def _relative_gap(value, bound):
 # 4: 1.01 and 1.10; 8: 0.995 and 1.090; 16: 0.992 and 1.088. Eight, where more stopped helping.
 NEWTON_START = 8
 NEWTON_TRACKERS = ("newton", "newton_dk")  # ``lean_solve``'s Newton trackers: two eigendecompositions a step, or one
+# ``lean_solve(tracker="newton_cold")``: nothing carried; from Lambda = 0 one Newton step of ``steps`` conjugate-gradient
+# steps, taken at this fraction of its length. One CG step from Lambda = 0 is an exact line search on the dual's
+# quadratic model along the preconditioned gradient, and the model overshoots there (the dual is the nuclear norm,
+# flatter than its model away from the optimum). Chosen on the tuning draw only (``solver_table.TUNING_SEED`` = 7, one
+# momentum at each rectangular Stiefel shape of the table, 2026-12-07, scratch): e_W at lr 0.02 against the certified
+# reference at fractions 0.6 / 0.7 / 0.75 / 0.8 / 0.9 / 1 was 0.20 / 0.15 / 0.13 / 0.12 / 0.14 / 0.19% at 512 x 128,
+# 0.26 / 0.22 / 0.21 / 0.22 / 0.26 / 0.32% at 384 x 128 and 768 x 2304 (the tangent projection's cold step: 0.65%).
+NEWTON_COLD_LENGTH = 0.75
+COLD_TRACKER = "newton_cold"
+# ``manifold_muon.optim.manifold_muon.resolve_tracker``: "auto" takes the cold Newton step on Stiefel weights at least
+# this long for their width, the tangent projection's cold step on the others. From zero the Newton step does well
+# where C = G - W W^T G carries much of G (a long weight) and badly near square, where C vanishes and the tangent
+# projection's multiplier is the optimum's. Scratch, 2026-12-07, one momentum each (a generator of its own, not the
+# table's draws), e_W at lr 0.02, tangent projection's cold step -> cold Newton step: Gaussian 160 x 128 0.54 -> 1.05%,
+# 200 x 128 0.55 -> 0.79%, 256 x 128 0.41 -> 0.49%, 320 x 128 0.30 -> 0.29%, 384 x 128 0.24 -> 0.19%; training-like
+# (singular values ~ i^-1.3) 0.63 -> 0.98%, 0.67 -> 0.74%, 0.67 -> 0.52%, 0.65 -> 0.31%, 0.65 -> 0.22%; the same
+# at width 64 and at 1536 x 768 (aspect 2: 0.42 -> 0.50% Gaussian, 0.67 -> 0.49% training-like).
+NEWTON_COLD_ASPECT = 2.5
 
 
 def lean_solve(W, G, P, warm=None, steps=1, rho=None, relax=1.8, normalize=True, diagonal=None,
@@ -867,13 +885,27 @@ def lean_solve(W, G, P, warm=None, steps=1, rho=None, relax=1.8, normalize=True,
     3-17% cheaper on one CPU thread (median 8%), and on one momentum repeated its gap ends where the tracker's does
     (DGram) or within 3x (Stiefel, 7e-6 against 2e-6). Not the default: the seed and settling studies of chapter 04
     measured the two-eigendecomposition tracker, and on the CPU the saving closes no ratio; its case is the GPU,
-    where an eigendecomposition and its host read cost many Muon steps."""
+    where an eigendecomposition and its host read cost many Muon steps.
+
+    ``tracker="newton_cold"`` (the lean default on rectangular Stiefel weights since 2026-12-07): nothing carried.
+    From Lambda = 0 (Z = G, so N = G^T G), one Newton step on the dual with ``steps`` conjugate-gradient steps, taken
+    at ``NEWTON_COLD_LENGTH`` of its length, then the direction and the certified bound at the new multiplier from
+    Lambda = 0's eigendecomposition (``first_order_certificate``, as ``"newton_dk"``): one eigendecomposition and one
+    float32 eigvalsh a step, the cold step's count, and no state. Why from zero and not from the tangent projection's
+    multiplier (the cold ADMM step's start): on the table's momenta that multiplier is 6-7x the optimum's in norm and
+    nearly orthogonal to it (2026-12-07, 512 x 128, two draws), where zero is 6-11 from it; a Newton step from there
+    lands further than it started. Measured on the table's stationary stream, chapter 04: e_W at lr 0.02 3-5x
+    smaller than the tangent projection's cold step (0.65%) at every rectangular Stiefel shape. On DGram and Oblique
+    it acts too (Jacobi-preconditioned), unmeasured there; ``warm`` must be None, ``certify_first`` False."""
     _check_relax(relax, "lean_solve")
-    if tracker not in ("admm",) + NEWTON_TRACKERS:
-        raise ValueError(f"lean_solve: tracker must be 'admm', 'newton' or 'newton_dk', got {tracker!r}")
-    if tracker in NEWTON_TRACKERS and (certify_first or steps < 1):
+    if tracker not in ("admm",) + NEWTON_TRACKERS + (COLD_TRACKER,):
+        raise ValueError(f"lean_solve: tracker must be 'admm', 'newton', 'newton_dk' or 'newton_cold', got {tracker!r}")
+    if tracker in NEWTON_TRACKERS + (COLD_TRACKER,) and (certify_first or steps < 1):
         raise ValueError(f"lean_solve(tracker={tracker!r}) takes steps >= 1 conjugate-gradient steps and certifies "
                          "after its Newton step: certify_first does not apply")
+    if tracker == COLD_TRACKER and warm is not None:
+        raise ValueError("lean_solve(tracker='newton_cold') starts every step from Lambda = 0 and carries nothing: "
+                         "pass warm=None, or tracker='newton' to start from a carried multiplier")
     if W.dtype not in (torch.float32, torch.float64):
         W, G = W.float(), G.float()
     Wt, Gt, wide = _tall_unit(W, G, normalize, views=True)
@@ -888,6 +920,12 @@ def lean_solve(W, G, P, warm=None, steps=1, rho=None, relax=1.8, normalize=True,
     else:
         Lambda, U = warm[0].to(pic.D.dtype), _warm_span(pic, warm[1])
     rtol = 1e-7 if W.dtype == torch.float64 else 1e-6
+    if tracker == COLD_TRACKER:
+        t = torch.full_like(pic.D[..., 0, 0], NEWTON_COLD_LENGTH)
+        A, value, bound, AtA, Lambda, _ = newton_track(pic, torch.zeros_like(pic.D), t, steps, rtol,
+                                                       eigenbasis=eigenbasis, one_eigh=True)
+        iterations = torch.full(pic.D.shape[:-2], steps, dtype=torch.long, device=pic.D.device)
+        return GramSolve(A, pic, Lambda, U, _relative_gap(value, bound), iterations, wide, AtA)
     if tracker in NEWTON_TRACKERS:
         if warm is None:  # the tracker's start: NEWTON_START ADMM iterations from the tangent projection's multiplier
             Lambda, _ = _lean_admm(pic, Lambda, U, rho, NEWTON_START, relax, diagonal and W.dtype == torch.float32)
@@ -1142,6 +1180,11 @@ def first_order_certificate(pic: GramPicture, Lambda1, V, rtol, first_order: boo
     m = d.sqrt()
     bound = m.sum(-1)
     inner = -M / _dk_denominator(_floored(m if about is None else about)) if first_order else torch.zeros_like(M)
+    # a direction numerically null at Lambda1 (m_i <= rtol max m, which inv_sqrt maps to 0) takes no first-order term
+    # either: there den is floored, and the term would carry float32 C's rounding (C^T W ~ 1e-7, not 0) into A at
+    # 1/floor (seen on a rank-2 momentum from Lambda = 0: a direction 0.04 off the tangent space, tests/test_lean_step.py)
+    live = inv_sqrt(m, rtol) > 0
+    inner = torch.where(live.unsqueeze(-1) & live.unsqueeze(-2), inner, 0)
     inner.diagonal(dim1=-2, dim2=-1).copy_(inv_sqrt(m, rtol))
     Y = V @ inner @ V.mT
     A, value, AtA = feasible(pic, Span(a1 @ Y, Y), 0, fast=True, with_gram=True)

@@ -12,17 +12,19 @@ Inner solvers (``inner``):
   nothing, and on a square weight the picture divides by an ill-conditioned W^T W); elsewhere
   ``inner_solvers.lean_solve``, one certificate, and ``lean_retract`` (no eigendecomposition: Stiefel and DGram
   by a series). How the multiplier is found depends on the manifold (``lean_defaults``):
-  rectangular Stiefel cold, with no iteration (``inner_steps=0, warm_start=False``: the tangent projection's
-  msign, scaled into the unit ball; one eigendecomposition), DGram and Oblique tracked (the multiplier carried
+  rectangular Stiefel cold, nothing carried: one Newton step with one conjugate-gradient step from a zero multiplier,
+  shortened to ``inner_solvers.NEWTON_COLD_LENGTH`` of its length, the direction from that one eigendecomposition
+  (``tracker="auto"`` resolves to ``"newton_cold"``; until 2026-12-07 the tangent projection's msign with no
+  iteration, scaled into the unit ball, which ``tracker="admm"`` still takes there), DGram and Oblique tracked (the multiplier carried
   from the previous step): on rectangular DGram weights by one damped Newton step on the dual with one
   Jacobi-preconditioned conjugate-gradient step (``tracker="auto"``, ``inner_steps=1``: ``inner_solvers.newton_track``;
   two eigendecompositions; the first step starts from ``inner_solvers.NEWTON_START`` ADMM iterations), on square
   DGram weights and on Oblique by one ADMM iteration (``inner_steps=1``), then
   the certificate (``certify_first=True``, the other order, shares one eigendecomposition between the two and
   settles further). Measured on a
-  stream of training-like momenta (benchmark ``solver_table``, chapter 04): on rectangular Stiefel the cold
-  step's settled e_W is 0.45x Muon's own at GPT-2 small's shapes where the tracked one's is 0.8x, for one
-  eigendecomposition fewer; on DGram and Oblique tracking is the more accurate of the two, and on DGram the
+  stream of training-like momenta (benchmark ``solver_table``, chapter 04): on rectangular Stiefel the tangent
+  projection's cold step's settled e_W is 0.45x Muon's own at GPT-2 small's shapes where the tracked one's is 0.8x,
+  for one eigendecomposition fewer, and the cold Newton step's 3-5x smaller again for the same count; on DGram and Oblique tracking is the more accurate of the two, and on DGram the
   Newton tracker settles closer than one ADMM iteration (0.32-0.37x Muon's e_W at GPT-2 small's rectangular
   shapes since its start, ``inner_solvers.NEWTON_START``, 0.57-0.63x before it, against 0.62-0.68x; on square
   DGram no closer, and dearer). Fixed work per matrix and no host
@@ -64,10 +66,12 @@ from ..manifolds.gram import DGram, GramManifold, GramOblique, Stiefel, inverse_
 from ..msign import DEFAULT, msign
 from .base import MatrixOptimizer
 from .inner_solvers import (GramSolve, Span, _sym, admm, dual_ascent, eig_sqrt, exact_solve, factor, gram, gram_solve,
-                            inv_sqrt, lean_solve, rms, shrink, tangent_defect, NEWTON_TRACKERS)
+                            inv_sqrt, lean_solve, rms, shrink, tangent_defect, COLD_TRACKER, NEWTON_COLD_ASPECT,
+                            NEWTON_TRACKERS)
 
 
-__all__ = ["ManifoldMuon", "POST_RECIPE", "TRACKERS", "fused_retract", "lean_defaults", "lean_retract", "resolve_tracker",
+__all__ = ["ManifoldMuon", "POST_RECIPE", "TRACKERS", "fused_retract", "lean_defaults", "lean_retract", "lean_steps",
+           "resolve_tracker",
            "oblique_solve", "oblique_step", "range_msign", "skew_msign", "skew_pairs", "square_stiefel_step",
            "post_msign", "inverse_sqrt_newton_schulz", "inverse_sqrt_series"]
 
@@ -116,21 +120,24 @@ SOLVER_SETTINGS = {
 }
 
 
-TRACKERS = ("auto", "admm", "newton", "newton_dk")
+TRACKERS = ("auto", "admm", "newton", "newton_dk", "newton_cold")
 
 
 def lean_defaults(manifold, tracker: str | None = None) -> dict:
     """The lean solve's ``tracker``, ``inner_steps``, ``warm_start`` and ``certify_first`` on ``manifold`` (a name
-    or an instance): on Stiefel cold with no iteration (rectangular weights; a square one takes the closed form
-    and reads none of them); on DGram the multiplier tracked from the last step, on its rectangular weights by
+    or an instance): on Stiefel cold, nothing carried: one Newton step of one conjugate-gradient step from a zero
+    multiplier (rectangular weights, ``tracker="auto"`` resolves to "newton_cold"; before 2026-12-07 the tangent
+    projection's msign with no iteration, which ``tracker="admm"`` still takes there; a square weight takes the
+    closed form and reads none of them); on DGram the multiplier tracked from the last step, on its rectangular weights by
     one damped Newton step of one conjugate-gradient step, on its square ones by one ADMM iteration
     (``tracker="auto"``, ``resolve_tracker``); on Oblique tracked by one ADMM iteration, then certified, in the
     matrix itself (``oblique_step``, which carries the ADMM's U as a matrix; from 2026-12-03 to 2026-12-04 the
     default there was ``certify_first=True``, one eigendecomposition fewer, which settles further from the optimum
     than this order once U is carried as a matrix: chapter 04; its ADMM penalty is ``OBLIQUE_RHO``, not the
     picture's 1/sqrt(n), unless ``rho`` is given). Given
-    ``tracker`` ("auto", "admm", "newton" or "newton_dk"), the defaults that go with it: "newton" and "newton_dk"
-    carry the multiplier with one CG step on every weight, "admm" and "auto" take the per-manifold defaults above
+    ``tracker`` ("auto", "admm", "newton", "newton_dk" or "newton_cold"), the defaults that go with it: "newton" and
+    "newton_dk" carry the multiplier with one CG step on every weight, "newton_cold" carries nothing and takes one CG
+    step from zero, "admm" and "auto" take the per-manifold defaults above
     ("admm" on DGram: one tracked ADMM iteration on every weight, the default before 2026-12-04). Why: measured on the benchmark
     ``solver_table``'s stationary stream of momenta (chapter 04), not proven."""
     from ..manifolds import get_manifold
@@ -139,19 +146,38 @@ def lean_defaults(manifold, tracker: str | None = None) -> dict:
     tracker = tracker or "auto"
     if tracker in NEWTON_TRACKERS:
         return dict(tracker=tracker, inner_steps=1, warm_start=True, certify_first=False)
+    if tracker == COLD_TRACKER or (tracker == "auto" and isinstance(M, Stiefel)):
+        return dict(tracker=tracker, inner_steps=1, warm_start=False, certify_first=False)
     if isinstance(M, Stiefel):
         return dict(tracker=tracker, inner_steps=0, warm_start=False, certify_first=False)
     return dict(tracker=tracker, inner_steps=1, warm_start=True, certify_first=False)
 
 
 def resolve_tracker(manifold, tracker: str, shape) -> str:
-    """What ``tracker`` means for one weight of ``shape``: "auto" is "newton" on a rectangular DGram weight and
-    "admm" elsewhere (measured, chapter 04: on square DGram, whose optimum is rank-deficient, the Newton step
+    """What ``tracker`` means for one weight of ``shape``: "auto" is "newton_cold" on a Stiefel weight at least
+    ``inner_solvers.NEWTON_COLD_ASPECT`` (2.5) times as long as it is wide, the tangent projection's cold step on the
+    other Stiefel weights ("admm" with no iteration, ``lean_steps``; square ones take the closed form), "newton" on a
+    rectangular DGram weight and "admm" elsewhere (measured, chapter 04: on the table's Stiefel weights, 3 and 4
+    times as long as wide, the cold Newton step from zero lands 3-5x closer to the optimum than the tangent
+    projection's cold step, for the same eigendecomposition count, and nearer square it lands further, the
+    constant's comment; on square DGram, whose optimum is rank-deficient, the Newton step
     settles no closer than one ADMM iteration and costs more; on Oblique the certified-first ADMM iteration
     costs one eigendecomposition where Newton needs two)."""
     if tracker != "auto":
         return tracker
+    if isinstance(manifold, Stiefel):
+        long = max(shape[-2], shape[-1]) >= NEWTON_COLD_ASPECT * min(shape[-2], shape[-1])
+        return COLD_TRACKER if long else "admm"
     return "newton" if isinstance(manifold, DGram) and shape[-2] != shape[-1] else "admm"
+
+
+def lean_steps(manifold, tracker: str, shape, inner_steps: int) -> int:
+    """The lean solve's iterations on one weight of ``shape``: ``inner_steps``, but none where "auto" resolves to the
+    tangent projection's cold step (a Stiefel weight shorter than ``NEWTON_COLD_ASPECT`` times its width,
+    ``resolve_tracker``): there ``inner_steps`` counts the cold Newton step's CG steps, which that step does not take."""
+    if tracker == "auto" and isinstance(manifold, Stiefel) and resolve_tracker(manifold, tracker, shape) == "admm":
+        return 0
+    return inner_steps
 
 
 _WHY_NOT = {
@@ -540,7 +566,8 @@ class ManifoldMuon(MatrixOptimizer):
         lr: step length of W - lr * A (A has singular values <= 1).
         momentum, nesterov: Muon momentum on the gradient.
         inner: "gram_admm" (default), "lean", "exact", "post", "dual_ascent" or "admm" (module docstring).
-        inner_steps: iterations (None: for lean 0 on Stiefel and 1 on DGram (CG steps) and Oblique, 16 ADMM before Newton
+        inner_steps: iterations (None: for lean 1 (CG steps on Stiefel and rectangular DGram, ADMM elsewhere; 0 on
+            Stiefel given tracker="admm"), 16 ADMM before Newton
             for exact, 16 for gram_admm, 20 for post / dual_ascent, 10 for admm).
         tol: the relative residual the inner solve stops at: gram_admm / exact stop when the relative
             duality gap is <= tol (1e-3 / 1e-6); dual_ascent / admm stop a matrix when ||H||_RMS < tol
@@ -558,10 +585,12 @@ class ManifoldMuon(MatrixOptimizer):
             carried yet, starts from ``inner_solvers.NEWTON_START`` ADMM iterations), "newton_dk" (the same Newton
             step, then the direction and a certified bound at the new multiplier from the carried multiplier's
             eigendecomposition instead of a second one: one eigendecomposition and one host read a step fewer,
-            ``inner_solvers.first_order_certificate``; opt-in, measured on the CPU only: chapter 04) or "auto"
-            (the default: "newton" on rectangular DGram weights, "admm" elsewhere, ``resolve_tracker``). "newton",
-            "newton_dk" (and "auto" on DGram) need warm_start and inner_steps >= 1 and refuse certify_first and
-            rho.
+            ``inner_solvers.first_order_certificate``; opt-in, measured on the CPU only: chapter 04), "newton_cold"
+            (nothing carried: the "newton_dk" step from a zero multiplier, shortened to
+            ``inner_solvers.NEWTON_COLD_LENGTH`` of its length) or "auto" (the default: "newton_cold" on Stiefel,
+            "newton" on rectangular DGram weights, "admm" elsewhere, ``resolve_tracker``). "newton", "newton_dk" (and
+            "auto" on DGram) need warm_start and inner_steps >= 1 and refuse certify_first and rho; "newton_cold"
+            (and "auto" on Stiefel) needs inner_steps >= 1 and refuses warm_start, certify_first and rho.
         alpha: dual-ascent step (linear decay to 0), read by post / dual_ascent; rho: ADMM penalty
             (None: 1/sqrt(n)), read by gram_admm / lean / admm.
         normalize: rescale G to unit RMS before the solve (lean, post and dual_ascent; False for "post", as
@@ -608,8 +637,9 @@ class ManifoldMuon(MatrixOptimizer):
         if inner == "lean":  # by manifold first (cold on Stiefel, tracked elsewhere)
             if tracker is not None and tracker not in TRACKERS:
                 raise ValueError(f"ManifoldMuon(inner='lean'): tracker must be 'auto' (by manifold and shape), 'admm' (ADMM "
-                                 f"iterations), 'newton' (one damped Newton step on the dual) or 'newton_dk' (the same "
-                                 f"with one eigendecomposition a step), got {tracker!r}")
+                                 f"iterations), 'newton' (one damped Newton step on the dual), 'newton_dk' (the same "
+                                 f"with one eigendecomposition a step) or 'newton_cold' (one Newton step from a zero "
+                                 f"multiplier, nothing carried), got {tracker!r}")
             for key, value in lean_defaults(param_group.get("manifold", self.defaults["manifold"]), tracker).items():
                 if param_group.get(key, self.defaults.get(key)) is None:
                     param_group[key] = value
@@ -621,10 +651,23 @@ class ManifoldMuon(MatrixOptimizer):
                 param_group[key] = value
         if inner == "lean" and param_group.get("inner_steps", self.defaults.get("inner_steps")) == 0 \
                 and param_group.get("rho", self.defaults.get("rho")) is not None:
-            raise ValueError("ManifoldMuon(inner='lean') with inner_steps=0 (the default on Stiefel: the cold step) runs "
-                             "no ADMM iteration, so rho (the ADMM penalty) would do nothing: leave rho out, or give "
-                             "inner_steps >= 1 for it to act")
+            raise ValueError("ManifoldMuon(inner='lean') with inner_steps=0 (tracker='admm' on Stiefel: the tangent "
+                             "projection's cold step) runs no ADMM iteration, so rho (the ADMM penalty) would do nothing: "
+                             "leave rho out, or give inner_steps >= 1 for it to act")
         from ..manifolds import get_manifold
+
+        cold = param_group.get("tracker", self.defaults.get("tracker")) == COLD_TRACKER or (
+            param_group.get("tracker", self.defaults.get("tracker")) == "auto"
+            and isinstance(get_manifold(param_group.get("manifold", self.defaults["manifold"])), Stiefel))
+        if inner == "lean" and cold:  # (auto on Stiefel: its rectangular weights take the cold Newton step)
+            given = {k: param_group.get(k, self.defaults.get(k)) for k in ("warm_start", "inner_steps", "rho")}
+            if given["warm_start"] or not given["inner_steps"] or certify_first is True or given["rho"] is not None:
+                raise ValueError("ManifoldMuon(inner='lean', tracker='newton_cold', or 'auto' on Stiefel, the default "
+                                 "there) carries nothing from step to step and takes one Newton step of inner_steps >= 1 "
+                                 "conjugate-gradient steps from a zero multiplier, so warm_start, certify_first and rho "
+                                 "would do nothing: leave them out and give inner_steps >= 1, or give tracker='admm' "
+                                 "for ADMM iterations (on Stiefel with inner_steps=0: the tangent projection's cold "
+                                 "step, the default there before 2026-12-07)")
 
         newton = param_group.get("tracker", self.defaults.get("tracker")) in NEWTON_TRACKERS or (
             param_group.get("tracker", self.defaults.get("tracker")) == "auto"
@@ -716,7 +759,8 @@ class ManifoldMuon(MatrixOptimizer):
         damping = None
         if warm is not None and all("newton_t" in s for s in states):
             damping = torch.stack([s["newton_t"] for s in states])
-        sol = lean_solve(W, G, M.gram_projector, warm=warm, steps=group["inner_steps"], rho=group["rho"],
+        steps = lean_steps(M, group["tracker"], W.shape, group["inner_steps"])
+        sol = lean_solve(W, G, M.gram_projector, warm=warm, steps=steps, rho=group["rho"],
                          normalize=group["normalize"], diagonal=M.diagonal_gram, certify_first=group["certify_first"],
                          tracker=resolve_tracker(M, group["tracker"], W.shape), damping=damping,
                          eigenbasis=isinstance(M, Stiefel))

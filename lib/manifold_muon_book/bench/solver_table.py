@@ -24,14 +24,16 @@ the reference exists, the lean variants (``lean_tracked``, one ADMM iteration a 
 multiplier; ``lean3``, three; ``lean_cold``, none and no warm start: the tangent projection's msign, scaled into
 the unit ball; ``lean``, the library's default) are also run along a longer stream of ``steady`` momenta (64 in the full table) and ``e_W_steady_lr0.02`` is
 measured at its last momentum against a second certified reference, next to Muon's own e_W on that momentum
-(``muon_e_W_steady_lr0.02``). ``lean`` is the library's lean default: since 2026-12-03 ``lean_cold`` on Stiefel
-(``manifold_muon.optim.lean_defaults``); on DGram ``lean_tracked`` until 2026-12-04, then the Newton tracker on
+(``muon_e_W_steady_lr0.02``). ``lean`` is the library's lean default: from 2026-12-03 ``lean_cold`` on Stiefel
+(``manifold_muon.optim.lean_defaults``), since 2026-12-07 ``lean_newton_cold`` on its weights at least 2.5 times as
+long as wide (every rectangular weight of the table; ``NEWTON_COLD_CRITERION``); on DGram ``lean_tracked`` until 2026-12-04, then the Newton tracker on
 rectangular weights; on Oblique ``lean_tracked`` in the other order (``certify_first``: the certificate at the
 carried multiplier, then the iteration, the two sharing one eigendecomposition) from the second stop of 2026-12-03
 to 2026-12-04, and since then ``lean_tracked`` again, solved in the matrix itself (``oblique_step``, which carries
 ADMM's U as a matrix); before, it was ``lean_tracked`` everywhere. Comparisons are run only when named and are
 left out of the merged table (``COMPARISONS``): ``lean_newton_dk``, the library's option ``tracker="newton_dk"`` (the
-Newton tracker with one eigendecomposition a step), ``lean_first``, one tracked iteration certified first,
+Newton tracker with one eigendecomposition a step), ``lean_newton_cold``, ``tracker="newton_cold"`` pinned (the cold
+Newton step on every weight, whatever its shape), ``lean_first``, one tracked iteration certified first,
 ``lean_picture``, ``lean`` with Oblique weights in the Gram picture, as the library took them before 2026-12-04,
 and ``gram_admm_coef`` and ``lean_tracked_coef``, ``gram_admm`` and ``lean_tracked`` with ADMM's U carried from
 step to step by its coefficients in the Gram picture, as the library carried it before 2026-12-04 (since then the
@@ -79,6 +81,8 @@ VARIANTS = {"lean": dict(inner="lean"),
             "lean_first": dict(inner="lean", tracker="admm", inner_steps=1, warm_start=True, certify_first=True),  # *
             "lean_newton_dk": dict(inner="lean", tracker="newton_dk", inner_steps=1, warm_start=True,  # *
                                    certify_first=False),
+            "lean_newton_cold": dict(inner="lean", tracker="newton_cold", inner_steps=1, warm_start=False,  # *
+                                     certify_first=False),
             "gram_admm": dict(inner="gram_admm"),
             "exact": dict(inner="exact"), "post": dict(inner="post")}
 
@@ -114,7 +118,17 @@ VARIANTS["gram_admm_coef"] = VARIANTS["gram_admm"]
 VARIANTS["lean_tracked_coef"] = VARIANTS["lean_tracked"]
 # comparisons (* above): run only when asked for by name, on the weights where they differ, and read from their
 # part's file (chapter 04); ``merge`` leaves them out of the table
-COMPARISONS = ("lean_first", "lean_picture", "gram_admm_coef", "lean_tracked_coef", "lean_newton_dk")
+COMPARISONS = ("lean_first", "lean_picture", "gram_admm_coef", "lean_tracked_coef", "lean_newton_dk", "lean_newton_cold")
+# The lean default on rectangular Stiefel weights moved on 2026-12-07 from the tangent projection's cold step
+# (``lean_cold``) to the cold Newton step (``lean_newton_cold``, ``inner_solvers.COLD_TRACKER``), its step length chosen
+# on the tuning draw (``TUNING_SEED``) only. The criterion it is judged by, written before any judged draw was run
+# (the parts solver_seeds_newton_cold and solver_table_newton_cold): it stays the default if (a) its settled e_W is
+# below ``lean_cold``'s on every judged draw, seeds 0-4 at the three width-128 rectangular Stiefel weights
+# (``solver_seeds``) and seed 0 at GPT-2 small's three (the table), and (b) its ratio in the table is within issue 19's
+# 2.5 at GPT-2 small's three rectangular Stiefel weights. Reported, not judged: the width-128 ratios, where the step's
+# extra work may move the table's misses from e_W to the ratio. If (a) or (b) fails, the default goes back.
+NEWTON_COLD_CRITERION = ("lean (newton_cold) settles closer than lean_cold on every judged draw at the width-128 and "
+                         "GPT-2 small rectangular Stiefel weights, and its table ratio is <= 2.5 at GPT-2 small's")
 TABLE_VARIANTS = tuple(v for v in VARIANTS if v not in COMPARISONS)
 TABLE_SHAPES = CPU_SHAPES + [(384, 128)] + GPT2_SHAPES  # the weights the table judges
 LRS = (0.02, 0.1)
