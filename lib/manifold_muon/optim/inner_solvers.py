@@ -887,16 +887,20 @@ def lean_solve(W, G, P, warm=None, steps=1, rho=None, relax=1.8, normalize=True,
     measured the two-eigendecomposition tracker, and on the CPU the saving closes no ratio; its case is the GPU,
     where an eigendecomposition and its host read cost many Muon steps.
 
-    ``tracker="newton_cold"`` (the lean default on rectangular Stiefel weights since 2026-12-07): nothing carried.
+    ``tracker="newton_cold"`` (the lean default since 2026-12-07 on Stiefel weights at least ``NEWTON_COLD_ASPECT``
+    times as long as wide): nothing carried.
     From Lambda = 0 (Z = G, so N = G^T G), one Newton step on the dual with ``steps`` conjugate-gradient steps, taken
     at ``NEWTON_COLD_LENGTH`` of its length, then the direction and the certified bound at the new multiplier from
     Lambda = 0's eigendecomposition (``first_order_certificate``, as ``"newton_dk"``): one eigendecomposition and one
     float32 eigvalsh a step, the cold step's count, and no state. Why from zero and not from the tangent projection's
-    multiplier (the cold ADMM step's start): on the table's momenta that multiplier is 6-7x the optimum's in norm and
-    nearly orthogonal to it (2026-12-07, 512 x 128, two draws), where zero is 6-11 from it; a Newton step from there
-    lands further than it started. Measured on the table's stationary stream, chapter 04: e_W at lr 0.02 3-5x
-    smaller than the tangent projection's cold step (0.65%) at every rectangular Stiefel shape. On DGram and Oblique
-    it acts too (Jacobi-preconditioned), unmeasured there; ``warm`` must be None, ``certify_first`` False."""
+    multiplier (the cold ADMM step's start): on the table's momenta that multiplier is 5-7x the optimum's in norm
+    and at a wide angle to it (cosine about 0.3; 2026-12-07, 512 x 128, three momenta; chapter 04 computes one), so it
+    lies 5-7 optimum norms from the optimum where zero lies one, and a full Newton step from it landed further away
+    than it started. Measured on the table's
+    stationary stream, chapter 04: e_W at lr 0.02 3-5x smaller than the tangent projection's cold step (0.65%) at
+    every rectangular Stiefel weight of the table (3 and 4 times as long as wide); nearer square it is worse, which
+    is why "auto" stops at ``NEWTON_COLD_ASPECT``. On DGram and Oblique it acts too (Jacobi-preconditioned), unmeasured
+    there; ``warm`` must be None, ``certify_first`` False."""
     _check_relax(relax, "lean_solve")
     if tracker not in ("admm",) + NEWTON_TRACKERS + (COLD_TRACKER,):
         raise ValueError(f"lean_solve: tracker must be 'admm', 'newton', 'newton_dk' or 'newton_cold', got {tracker!r}")
