@@ -72,7 +72,7 @@ def _optimizers():
         for inner in ("lean", "gram_admm", "exact", "post", "dual_ascent", "admm"):
             yield f"{name}-{inner}", name, lambda Ws, name=name, inner=inner: ManifoldMuon(
                 Ws, lr=0.05, manifold=name, inner=inner)
-        for tracker in ("newton", "newton_dk"):
+        for tracker in ("newton", "newton_dk", "newton_cold"):
             yield f"{name}-lean-{tracker}", name, lambda Ws, name=name, tracker=tracker: ManifoldMuon(
                 Ws, lr=0.05, manifold=name, inner="lean", tracker=tracker)
     yield "muon", None, lambda Ws: Muon(Ws, lr=0.05)

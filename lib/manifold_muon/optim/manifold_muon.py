@@ -12,10 +12,12 @@ Inner solvers (``inner``):
   nothing, and on a square weight the picture divides by an ill-conditioned W^T W); elsewhere
   ``inner_solvers.lean_solve``, one certificate, and ``lean_retract`` (no eigendecomposition: Stiefel and DGram
   by a series). How the multiplier is found depends on the manifold (``lean_defaults``):
-  rectangular Stiefel cold, nothing carried: one Newton step with one conjugate-gradient step from a zero multiplier,
-  shortened to ``inner_solvers.NEWTON_COLD_LENGTH`` of its length, the direction from that one eigendecomposition
-  (``tracker="auto"`` resolves to ``"newton_cold"``; until 2026-12-07 the tangent projection's msign with no
-  iteration, scaled into the unit ball, which ``tracker="admm"`` still takes there), DGram and Oblique tracked (the multiplier carried
+  rectangular Stiefel cold, nothing carried: on weights at least ``inner_solvers.NEWTON_COLD_ASPECT`` (2.5) times as
+  long as wide one Newton step with one conjugate-gradient step from a zero multiplier, shortened to
+  ``inner_solvers.NEWTON_COLD_LENGTH`` of its length, the direction from that one eigendecomposition
+  (``tracker="auto"`` resolves to ``"newton_cold"`` there); nearer square, and before 2026-12-07 on every one, the
+  tangent projection's msign with no iteration, scaled into the unit ball (``tracker="admm"`` takes it anywhere);
+  DGram and Oblique tracked (the multiplier carried
   from the previous step): on rectangular DGram weights by one damped Newton step on the dual with one
   Jacobi-preconditioned conjugate-gradient step (``tracker="auto"``, ``inner_steps=1``: ``inner_solvers.newton_track``;
   two eigendecompositions; the first step starts from ``inner_solvers.NEWTON_START`` ADMM iterations), on square
@@ -587,8 +589,9 @@ class ManifoldMuon(MatrixOptimizer):
             eigendecomposition instead of a second one: one eigendecomposition and one host read a step fewer,
             ``inner_solvers.first_order_certificate``; opt-in, measured on the CPU only: chapter 04), "newton_cold"
             (nothing carried: the "newton_dk" step from a zero multiplier, shortened to
-            ``inner_solvers.NEWTON_COLD_LENGTH`` of its length) or "auto" (the default: "newton_cold" on Stiefel,
-            "newton" on rectangular DGram weights, "admm" elsewhere, ``resolve_tracker``). "newton", "newton_dk" (and
+            ``inner_solvers.NEWTON_COLD_LENGTH`` of its length) or "auto" (the default: "newton_cold" on Stiefel
+            weights at least 2.5 times as long as wide and the tangent projection's cold step on the other Stiefel
+            weights, "newton" on rectangular DGram weights, "admm" elsewhere, ``resolve_tracker``). "newton", "newton_dk" (and
             "auto" on DGram) need warm_start and inner_steps >= 1 and refuse certify_first and rho; "newton_cold"
             (and "auto" on Stiefel) needs inner_steps >= 1 and refuses warm_start, certify_first and rho.
         alpha: dual-ascent step (linear decay to 0), read by post / dual_ascent; rho: ADMM penalty
