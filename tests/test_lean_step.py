@@ -270,16 +270,22 @@ def test_lean_step_reads_the_host_once_per_step(name):
 
 
 def test_opcounter_counts_what_it_sees():
-    """The counter is not blind: Muon's step has 5 Newton-Schulz steps of 2 full-size products each."""
+    """The counter is not blind: Muon's step has 5 Newton-Schulz steps of 2 full-size products each, none in float64;
+    a float64 product is counted among the others and in ``matmul_f64`` too."""
     W = torch.nn.Parameter(torch.randn(24, 8))
     opt = Muon([W])
     W.grad = torch.randn(24, 8)
     with OpCounter(24) as ops:
         opt.step()
     assert ops.counts["matmul_full"] == 10 and ops.counts["matmul_small"] == 5 and ops.counts["eigh"] == 0
+    assert ops.counts["matmul_f64"] == 0  # Muon's products are float32
     with OpCounter(24) as ops:
         float(W.sum())
     assert ops.counts["sync"] == 1
+    X32, X64 = torch.randn(2, 5, 5), torch.randn(2, 5, 5, dtype=torch.float64)
+    with OpCounter(24) as ops:
+        X32 @ X32, X64 @ X64, X64.mT @ X64, torch.bmm(X32, X32)
+    assert ops.counts["matmul_small"] == 8 and ops.counts["matmul_f64"] == 4  # a batch of two counts two
 
 
 def test_lean_guard_falls_back_where_the_fast_retraction_misses():
@@ -1117,6 +1123,40 @@ def test_cold_newton_step_is_stateless_and_honest(name, eigenbasis, shape, dtype
         lean_solve(W, G, P, warm=(sol.Lambda, sol.U), steps=1, diagonal=diagonal, tracker="newton_cold")
     with pytest.raises(ValueError, match="steps >= 1"):
         lean_solve(W, G, P, steps=0, diagonal=diagonal, tracker="newton_cold")
+
+
+@pytest.mark.parametrize("shape", [(96, 24), (24, 96), (75, 25), (40, 16)])  # tall, wide, odd n, even n
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_cold_step_in_the_eigenbasis_is_the_weights_basis_step(shape, dtype):
+    """``inner_solvers.cold_newton_eigenbasis`` (the Stiefel default's path) is the cold Newton step of
+    ``newton_track(one_eigh=True)`` from zero, kept in N's eigenbasis: on training-like and rank-2 momenta the same
+    certified bound (the same multiplier; float32 rounding apart, 1e-6), the same value to 1e-4 and the same direction
+    to 1e-3 (measured: about 1e-6 on full-rank momenta; up to 1.3e-4 on rank-2 ones from a bfloat16 weight, where
+    the float32 candidate's rounding moves a direction across the numerically-null threshold), with one n x n product
+    fewer and four float64 products fewer."""
+    from manifold_muon.optim.inner_solvers import (NEWTON_COLD_LENGTH, _tall_unit, cold_newton_eigenbasis, gram_picture,
+                                                   newton_track)
+
+    g = torch.Generator().manual_seed(shape[0] + 3 * shape[1])
+    M = get_manifold("stiefel")
+    W = M.random_point(shape, generator=g).to(dtype)
+    for G in (spectrum_momentum(shape, g), spectrum_momentum(shape, g, rank=2)):
+        Wt, Gt, wide = _tall_unit(W.float(), G.to(dtype).float(), True, views=True)
+        pic = gram_picture(Wt, Gt, M.gram_projector, torch.float64, products=Wt.dtype, diagonal=True)
+        t = torch.full_like(pic.D[..., 0, 0], NEWTON_COLD_LENGTH)
+        with OpCounter(max(shape)) as ops_w:
+            A_w, value_w, bound_w, _, Lambda_w, _ = newton_track(pic, torch.zeros_like(pic.D), t, 1, 1e-6,
+                                                                 eigenbasis=True, one_eigh=True)
+        with OpCounter(max(shape)) as ops_e:
+            A_e, value_e, bound_e, _, Lambda_e = cold_newton_eigenbasis(pic, t, 1, 1e-6)
+        assert float((bound_e - bound_w).abs() / bound_w) <= 1e-6
+        assert float((Lambda_e - Lambda_w).norm() / Lambda_w.norm()) <= 1e-5
+        Aw, Ae = A_w.matrix(pic).double(), A_e.matrix(pic).double()
+        assert float((Ae - Aw).norm() / Aw.norm()) <= 1e-3
+        assert float((value_e - value_w).abs() / value_w) <= 1e-4
+        assert ops_e.counts["matmul_small"] == ops_w.counts["matmul_small"] - 1
+        assert ops_e.counts["matmul_f64"] == ops_w.counts["matmul_f64"] - 4
+        assert ops_e.counts["eigh"] == ops_w.counts["eigh"] == 1
 
 
 @pytest.mark.parametrize("shape, most", [((96, 24), 0.3), ((24, 96), 0.3), ((75, 25), 0.45)])

@@ -173,3 +173,37 @@ def test_the_exact_mode_is_judged_by_item_3():
     assert solver_table.judge_exact(dict(row, **{"e_W_lr0.1": float("nan")})) == []
     with pytest.raises(ValueError, match="exact mode's rows"):
         solver_table.judge_exact(dict(row, variant="lean"))
+
+
+def test_cold_eigenbasis_times_both_paths_of_the_same_step(tmp_path):
+    """The benchmark ``cold_eigenbasis`` times the cold Newton step in N's eigenbasis against the same step through the
+    weights' basis on one picture, and records that they agree and what each multiplies in float64."""
+    out = solver_table.cold_eigenbasis(tmp_path, name="ce", shapes=[(24, 8), (8, 24)], min_rounds=2, budget_s=0.0)
+    assert (tmp_path / "ce.json").exists() and [r["shape"] for r in out["rows"]] == [[24, 8], [8, 24]]
+    for r in out["rows"]:
+        assert r["rounds"] == 2 and r["eigenbasis_s"] > 0 and r["weights_basis_s"] > 0
+        assert r["ops_eigenbasis"]["matmul_f64"] == r["ops_weights_basis"]["matmul_f64"] - 4
+        assert r["bound_rel_diff"] <= 1e-6 and r["direction_rel_diff"] <= 1e-3
+    with pytest.raises(ValueError, match="min_rounds"):
+        solver_table.cold_eigenbasis(tmp_path, name="ce", shapes=[(24, 8)], min_rounds=0)
+
+
+def test_the_cold_newton_criterion_reads_each_of_its_parts():
+    """``newton_cold_criterion`` holds on rows that meet each part and fails on rows that miss any one of them."""
+    gpt2 = [(768, 2304), (768, 3072), (3072, 768)]
+
+    def seeds(worse=False):
+        return [dict(variant=v, manifold="stiefel", shape=[128, 512], e_W=[0.1, 0.2 if worse and v == "lean" else 0.1]
+                     if v == "lean" else [0.5, 0.15]) for v in ("lean", "lean_cold")]
+
+    def rows(e_W, ratio=2.0):
+        return [dict(variant="lean", manifold="stiefel", shape=list(s), ratio=ratio, **{"e_W_steady_lr0.02": e_W})
+                for s in gpt2]
+
+    crit = solver_table.newton_cold_criterion
+    assert crit(seeds(), rows(0.001), rows(0.005))["holds"]
+    assert not crit(seeds(worse=True), rows(0.001), rows(0.005))["closer_seeds"]
+    assert not crit(seeds(), rows(0.006), rows(0.005))["closer_gpt2"]
+    assert not crit(seeds(), rows(0.001, ratio=2.6), rows(0.005))["ratio_gpt2"]
+    with pytest.raises(ValueError, match="no lean Stiefel row"):
+        crit(seeds(), rows(0.001)[:2], rows(0.005))

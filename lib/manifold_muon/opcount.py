@@ -3,8 +3,12 @@ host synchronisations.
 
     with OpCounter(big=m) as ops:      # a product is "full-size" when an operand has a dimension >= big
         opt.step()
-    ops.counts  # {"matmul_full": .., "matmul_small": .., "eigh": .., "eigvalsh": .., "svd": .., "cholesky": ..,
-                #  "sync": .., "sync_checked": ..}
+    ops.counts  # {"matmul_full": .., "matmul_small": .., "matmul_f64": .., "eigh": .., "eigvalsh": .., "svd": ..,
+                #  "cholesky": .., "sync": .., "sync_checked": ..}
+
+``matmul_f64`` counts the products with a float64 operand among the others (counted in ``matmul_full`` or
+``matmul_small`` too): on a GPU made for training a float64 product runs at a small fraction of float32's rate
+(1/32 to 1/64 on consumer and workstation cards; about half on data-centre ones).
 
 Host synchronisations (``sync``) are of two kinds. A tensor read into Python (``bool``, ``float``, ``int``,
 ``.item()``, ``.tolist()``, ``__index__``), which the code shows. And a read the code does not show
@@ -66,6 +70,8 @@ class OpCounter(TorchFunctionMode):
             full = any(max(a.shape[-2:]) >= self.big for a in mats)
             batch = max((a[..., 0, 0].numel() for a in mats), default=1)
             self.counts["matmul_full" if full else "matmul_small"] += batch
+            if any(a.dtype == torch.float64 for a in mats):
+                self.counts["matmul_f64"] += batch
         elif func in _DECOMP:
             A = args[0]
             self.counts[_DECOMP[func]] += A[..., 0, 0].numel()

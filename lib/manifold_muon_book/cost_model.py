@@ -38,7 +38,8 @@ at their iteration caps) and ``dual_ascent_scaling`` (per size the post's dual a
   fewer with ``certify_first``; on Oblique in the matrix, ``oblique_step``: 6 m n^2 of float64 products for the
   certificate and 4 m n^2 an iteration; with ``tracker="newton"`` two, the default on DGram, its conjugate-gradient steps
   four n x n float32 products each; with ``tracker="newton_dk"`` one, and 3 n^3 of float64 products more; so does
-  ``"newton_cold"``, the default on rectangular Stiefel),
+  ``"newton_cold"`` off Stiefel; on Stiefel, its default on long weights, one, two n x n float32 products a
+  conjugate-gradient step and 2 n^3 of float64 products, the step kept in N's eigenbasis),
   ~``LEAN_N3`` n^3 of n x n products and
   12 m n^2; the sphere optimizers (``manifold_muon.optim.spheres``): MACRO and MuonH one msign (Polar
   Express, 5 steps, float32), SSO and FSO ``inner_steps`` (10) bisection msigns at the cap, and on the
@@ -384,6 +385,7 @@ def matrix_step(opt, group: dict, shape) -> Cost:
                 c.dec("eigh", n, n)
                 c.mm(20 * n ** 3, n, "float64")
             else:
+                from manifold_muon.optim.inner_solvers import COLD_TRACKER
                 from manifold_muon.optim.manifold_muon import lean_steps, resolve_tracker
 
                 tracker = resolve_tracker(M, group.get("tracker") or "auto", shape)
@@ -399,7 +401,12 @@ def matrix_step(opt, group: dict, shape) -> Cost:
                 if tracker == "newton":  # Newton basis, certificate
                     c.dec("eigh", small, small, 2)
                     c.mm(2 * (4 * steps + 3) * small ** 3, small, "float32")  # four a CG step; gradient, setup
-                elif tracker in ("newton_dk", "newton_cold"):  # Newton basis; the certificate from it (M = V^T N1 V, V inner V^T)
+                elif tracker == COLD_TRACKER and isinstance(M, Stiefel):  # never out of N's eigenbasis
+                    c.dec("eigh", small, small, 1)                          # (inner_solvers.cold_newton_eigenbasis)
+                    # float32: A_hat, two a CG step, M's two, the candidate's three, the multiplier (float64: K0 V, V x)
+                    c.mm(2 * (2 * steps + 7) * small ** 3, small, "float32")
+                    c.mm(2 * 2 * small ** 3, small, "float64")
+                elif tracker in ("newton_dk", COLD_TRACKER):  # Newton basis; the certificate from it (M = V^T N1 V, V inner V^T)
                     c.dec("eigh", small, small, 1)
                     c.mm(2 * (4 * steps + 3) * small ** 3, small, "float32")
                     c.mm(2 * 3 * small ** 3, small, "float64")

@@ -892,7 +892,8 @@ def lean_solve(W, G, P, warm=None, steps=1, rho=None, relax=1.8, normalize=True,
     From Lambda = 0 (Z = G, so N = G^T G), one Newton step on the dual with ``steps`` conjugate-gradient steps, taken
     at ``NEWTON_COLD_LENGTH`` of its length, then the direction and the certified bound at the new multiplier from
     Lambda = 0's eigendecomposition (``first_order_certificate``, as ``"newton_dk"``): one eigendecomposition and one
-    float32 eigvalsh a step, the cold step's count, and no state. Why from zero and not from the tangent projection's
+    float32 eigvalsh a step, the cold step's count, and no state. With ``eigenbasis`` (Stiefel, the default's case) the
+    step never leaves N's eigenbasis (``cold_newton_eigenbasis``: the same mathematics, four float64 products fewer). Why from zero and not from the tangent projection's
     multiplier (the cold ADMM step's start): on the table's momenta that multiplier is 5-7x the optimum's in norm
     and at a wide angle to it (cosine about 0.3; 2026-12-07, 512 x 128, three momenta; chapter 04 computes one), so it
     lies 5-7 optimum norms from the optimum where zero lies one, and a full Newton step from it landed further away
@@ -917,19 +918,23 @@ def lean_solve(W, G, P, warm=None, steps=1, rho=None, relax=1.8, normalize=True,
     # coefficients large and float32 products would let ||A||_op exceed 1 by ~1e-5: float64 there
     products = Wt.dtype if diagonal else torch.float64
     pic = gram_picture(Wt, Gt, P, torch.float64, products=products, diagonal=diagonal)
+    rtol = 1e-7 if W.dtype == torch.float64 else 1e-6
+    if tracker == COLD_TRACKER:
+        t = torch.full_like(pic.D[..., 0, 0], NEWTON_COLD_LENGTH)
+        if eigenbasis:
+            A, value, bound, AtA, Lambda = cold_newton_eigenbasis(pic, t, steps, rtol)
+        else:
+            A, value, bound, AtA, Lambda, _ = newton_track(pic, torch.zeros_like(pic.D), t, steps, rtol,
+                                                           one_eigh=True)
+        iterations = torch.full(pic.D.shape[:-2], steps, dtype=torch.long, device=pic.D.device)
+        U = Span(torch.zeros_like(pic.D), torch.zeros_like(pic.D))
+        return GramSolve(A, pic, Lambda, U, _relative_gap(value, bound), iterations, wide, AtA)
     rho = rho if rho is not None else Wt.size(-1) ** -0.5
-    if warm is None:
+    if warm is None:  # the tangent projection's multiplier
         S = pic.DK0
         Lambda, U = -0.5 * multiplier(pic, S + S.mT), Span(torch.zeros_like(pic.D), torch.zeros_like(pic.D))
     else:
         Lambda, U = warm[0].to(pic.D.dtype), _warm_span(pic, warm[1])
-    rtol = 1e-7 if W.dtype == torch.float64 else 1e-6
-    if tracker == COLD_TRACKER:
-        t = torch.full_like(pic.D[..., 0, 0], NEWTON_COLD_LENGTH)
-        A, value, bound, AtA, Lambda, _ = newton_track(pic, torch.zeros_like(pic.D), t, steps, rtol,
-                                                       eigenbasis=eigenbasis, one_eigh=True)
-        iterations = torch.full(pic.D.shape[:-2], steps, dtype=torch.long, device=pic.D.device)
-        return GramSolve(A, pic, Lambda, U, _relative_gap(value, bound), iterations, wide, AtA)
     if tracker in NEWTON_TRACKERS:
         if warm is None:  # the tracker's start: NEWTON_START ADMM iterations from the tangent projection's multiplier
             Lambda, _ = _lean_admm(pic, Lambda, U, rho, NEWTON_START, relax, diagonal and W.dtype == torch.float32)
@@ -1034,7 +1039,7 @@ def _hvp(pic: GramPicture, a, V, s, dtype, mu=None):
 
 
 def _eigen_cg(pic: GramPicture, a, V, s, rtol, cg_steps: int, dtype, stop: float | None = None, mu=None,
-              grad_dtype=None):
+              grad_dtype=None, DaV=None, in_eigenbasis: bool = False):
     """``newton_track``'s Newton direction where W^T W = c I and P is the identity (Stiefel: ``eigenbasis``), by
     conjugate gradients in N's eigenbasis. There the Hessian's first term, 2 (x N^{-1/2} + N^{-1/2} x) c, is
     diagonal: x_ij -> 2 c (1/s_i + 1/s_j) x_ij, so its exact inverse is the preconditioner (where the Jacobi
@@ -1047,13 +1052,14 @@ def _eigen_cg(pic: GramPicture, a, V, s, rtol, cg_steps: int, dtype, stop: float
     first term, whose inverse then preconditions with the factor 1 + mu. ``grad_dtype`` (the exact mode: float64):
     the gradient's own precision where it differs from the products' (a sum of terms of order one that cancel to the
     gap near the optimum: measured, formed in float32 it is rounding once the gap is below ~1e-5, and the exact mode
-    stalled there on Stiefel). Returns x in the weights' basis, in ``dtype``."""
+    stalled there on Stiefel). ``DaV``: D a V, where the caller has formed it (``cold_newton_eigenbasis``: one product
+    fewer). Returns x in the weights' basis, in ``dtype``, or with ``in_eigenbasis`` V^T x V (two products fewer)."""
     sc, L, inv = _dk_setup(s, dtype)
     Vd = V.to(dtype)
     c = torch.diagonal(pic.D, dim1=-2, dim2=-1).mean(-1).to(dtype)[..., None, None]
     gd = dtype if grad_dtype is None else grad_dtype
     Vg = V.to(gd)
-    Ah = Vg.mT @ (pic.dmul(a).to(gd) @ Vg)
+    Ah = Vg.mT @ ((pic.dmul(a).to(gd) @ Vg) if DaV is None else DaV.to(gd))
     Y = Ah * inv_sqrt(s, rtol).to(gd).unsqueeze(-2)
     r = -(Y + Y.mT).to(dtype)  # -grad f, in the eigenbasis
     Ah = Ah.to(dtype)
@@ -1071,7 +1077,7 @@ def _eigen_cg(pic: GramPicture, a, V, s, rtol, cg_steps: int, dtype, stop: float
         return out if mu is None else out + jac_mu * x
 
     x = _pcg(hvp, r, lambda r: r / jac, cg_steps, stop)
-    return Vd @ x @ Vd.mT
+    return x if in_eigenbasis else Vd @ x @ Vd.mT
 
 
 def _pcg(hvp, r, pre, steps: int, stop: float | None = None):
@@ -1193,6 +1199,58 @@ def first_order_certificate(pic: GramPicture, Lambda1, V, rtol, first_order: boo
     Y = V @ inner @ V.mT
     A, value, AtA = feasible(pic, Span(a1 @ Y, Y), 0, fast=True, with_gram=True)
     return A, value, bound, AtA
+
+
+def cold_newton_eigenbasis(pic: GramPicture, t, cg_steps: int, rtol, dtype=torch.float32):
+    """``lean_solve(tracker="newton_cold", eigenbasis=True)`` (Stiefel, the lean default on long weights): the cold
+    Newton step from Lambda = 0 and its first-order certificate (``newton_track(one_eigh=True)`` from zero, the same
+    mathematics) with the step never taken out of N's eigenbasis. Returns (A, value, bound, A^T A, Lambda').
+
+    With N = K0^T D K0 + R = V diag(s^2) V^T (one float64 eigh) and the Newton direction V x V^T (``_eigen_cg`` in the
+    eigenbasis, x symmetric), the multiplier Lambda1 = t V x V^T has a1 V = K0 V + 2 t V x, and since V^T N V =
+    diag(s^2) and V^T R V = diag(s^2) - (K0 V)^T D (K0 V),
+    M = V^T N1 V = diag(s^2) + 2 t (Q^T V x + (V x)^T Q) + 4 t^2 (V x)^T D (V x),  Q = D K0 V.
+    The bound reads only M's diagonal, formed elementwise in float64 from Q and V x (both float64 products), so the
+    certificate is as honest as ``first_order_certificate``'s (whose V^T N1 V carries float64 rounding of the same
+    size: eigh's residual here); M's off-diagonal part, which only shapes the candidate, and the candidate's factors
+    (Y = V inner V^T, a1 Y = (K0 V + 2 t V x) inner V^T) are float32 products (float64 for a float64 weight), the
+    candidate made feasible in float64 as every candidate is (``feasible``), so its value stays a lower bound. The
+    returned multiplier t V x V^T is formed in the same precision, as information (the cold step carries nothing).
+    Small products: N, K0 V, V^T Q (the CG's A_hat), the CG's two a step, V x, Q^T V x, (V x)^T D V x, inner V^T,
+    V (inner V^T), (a1 V) (inner V^T), (V x) V^T, then ``feasible``'s three: 15 at one CG step, 6 of them float64,
+    where ``newton_track`` and ``first_order_certificate`` take 16, 10 of them float64 (the weights' basis round
+    trips of x and of M; ``manifold_muon.opcount``, ``tests/test_lean_step.py``). Why it matters: on a GPU made for
+    training a float64 product runs at 1/32 to 1/2 of float32's rate; on one CPU thread the solve is a few per cent
+    faster at width 128 and about a tenth at GPT-2 small's rectangular shapes (the benchmark
+    ``solver_table.cold_eigenbasis``, chapter 04)."""
+    f64 = pic.D.dtype
+    pd = torch.float64 if pic.W.dtype == torch.float64 else dtype
+    N = _sym(pic.K0.mT @ pic.DK0 + pic.R)
+    V, s = eig_sqrt(N.to(torch.float64))
+    V, s = V.to(f64), s.to(f64)
+    K0V = pic.K0 @ V
+    Q = pic.dmul(K0V)  # D K0 V
+    x = _eigen_cg(pic, pic.K0, V, s, rtol, cg_steps, dtype, DaV=Q, in_eigenbasis=True)
+    x = _sym(torch.nan_to_num(x, nan=0.0, posinf=0.0, neginf=0.0)).to(f64)  # an overflow moves nothing
+    tt = t.to(f64)[..., None, None]
+    Vx = V @ x
+    DVx = pic.dmul(Vx)
+    QVx = (Q.to(pd).mT @ Vx.to(pd)).to(f64)
+    M = 2 * tt * (QVx + QVx.mT) + 4 * tt * tt * (Vx.to(pd).mT @ DVx.to(pd)).to(f64)
+    diag = s * s + 4 * t.to(f64)[..., None] * (Q * Vx).sum(-2) + 4 * (t.to(f64) ** 2)[..., None] * (Vx * DVx).sum(-2)
+    m = diag.clamp_min(0).sqrt()
+    bound = m.sum(-1)
+    inner = -M / _dk_denominator(_floored(m))
+    live = inv_sqrt(m, rtol) > 0  # as ``first_order_certificate``: no first-order term on a null direction
+    inner = torch.where(live.unsqueeze(-1) & live.unsqueeze(-2), inner, 0)
+    inner.diagonal(dim1=-2, dim2=-1).copy_(inv_sqrt(m, rtol))
+    Vp = V.to(pd)
+    B = inner.to(pd) @ Vp.mT
+    a1V = (K0V + 2 * tt * Vx).to(pd)
+    A, value, AtA = feasible(pic, Span((a1V @ B).to(f64), (Vp @ B).to(f64)), 0, fast=True, with_gram=True)
+    Lambda1 = tt * _sym(Vx.to(pd) @ Vp.mT).to(f64)
+    Lambda = torch.where((bound < s.sum(-1))[..., None, None], Lambda1, 0)  # ``damped``'s rule from zero
+    return A, value, bound, AtA, Lambda
 
 
 def newton_direction(pic: GramPicture, a, V, s, rtol, cg_steps: int, dtype=torch.float32, precondition: bool = True,

@@ -129,6 +129,32 @@ COMPARISONS = ("lean_first", "lean_picture", "gram_admm_coef", "lean_tracked_coe
 # extra work may move the table's misses from e_W to the ratio. If (a) or (b) fails, the default goes back.
 NEWTON_COLD_CRITERION = ("lean (newton_cold) settles closer than lean_cold on every judged draw at the width-128 and "
                          "GPT-2 small rectangular Stiefel weights, and its table ratio is <= 2.5 at GPT-2 small's")
+
+
+def newton_cold_criterion(seeds_summary, table_rows, before_rows) -> dict:
+    """``NEWTON_COLD_CRITERION`` evaluated, the one place it is (chapter 04 calls this): ``seeds_summary`` the part
+    solver_seeds_newton_cold's "summary" (variants lean and lean_cold, seeds 0-4 at the width-128 weights),
+    ``table_rows`` the part solver_table_newton_cold's "rows", ``before_rows`` the table's lean Stiefel rows before
+    that part (the tangent projection's cold step). Returns its three parts, (a) on the width-128 draws
+    ("closer_seeds"), (a) at GPT-2 small's weights ("closer_gpt2"), (b) ("ratio_gpt2"), and "holds", all of them."""
+    def weight(row):
+        return tuple(row["shape"])
+
+    by = {v: {weight(r): r["e_W"] for r in seeds_summary if r["variant"] == v and r["manifold"] == "stiefel"}
+          for v in ("lean", "lean_cold")}
+    if not by["lean"] or by["lean"].keys() != by["lean_cold"].keys():
+        raise ValueError("newton_cold_criterion: the seeds summary needs rows of lean and lean_cold at the same weights")
+    closer_seeds = all(a < b for w in by["lean"] for a, b in zip(by["lean"][w], by["lean_cold"][w], strict=True))
+    new = {weight(r): r for r in table_rows if r["variant"] == "lean" and r["manifold"] == "stiefel"}
+    old = {weight(r): r for r in before_rows if r["variant"] == "lean" and r["manifold"] == "stiefel"}
+    gpt2 = [s for s in GPT2_SHAPES if s[0] != s[1]]
+    missing = [s for s in gpt2 if s not in new or s not in old]
+    if missing:
+        raise ValueError(f"newton_cold_criterion: no lean Stiefel row at {missing} in the table or the rows before it")
+    closer_gpt2 = all(new[s]["e_W_steady_lr0.02"] < old[s]["e_W_steady_lr0.02"] for s in gpt2)
+    ratio_gpt2 = all(new[s]["ratio"] <= 2.5 for s in gpt2)
+    return dict(closer_seeds=closer_seeds, closer_gpt2=closer_gpt2, ratio_gpt2=ratio_gpt2,
+                holds=closer_seeds and closer_gpt2 and ratio_gpt2)
 TABLE_VARIANTS = tuple(v for v in VARIANTS if v not in COMPARISONS)
 TABLE_SHAPES = CPU_SHAPES + [(384, 128)] + GPT2_SHAPES  # the weights the table judges
 LRS = (0.02, 0.1)
@@ -546,6 +572,66 @@ def reference_times(out_dir: Path, name: str = "solver_table_reference_times", s
                   f"{row['weights_basis_s']:8.2f} s in the weights' basis ({row['ratio']:.2f}x; gaps "
                   f"{row['eigenbasis_gap']:.1e} / {row['weights_basis_gap']:.1e})", flush=True)
     params = dict(shapes=[list(s) for s in shapes], rounds=rounds, tol=REF_TOL, manifold="stiefel")
+    return write_result(out_dir, name, dict(rows=rows), params, sw.seconds)
+
+
+COLD_LONG_SHAPES = [(128, 512), (512, 128), (384, 128), (768, 2304), (768, 3072), (3072, 768)]  # the table's
+# rectangular Stiefel weights, every one long enough for the cold Newton step (``resolve_tracker``)
+
+
+def cold_eigenbasis(out_dir: Path, name: str = "solver_table_cold_eigenbasis", shapes=None, min_rounds: int = 5,
+                    budget_s: float = 3.0) -> dict:
+    """The cold Newton step (the lean default on long Stiefel weights) kept in N's eigenbasis
+    (``inner_solvers.cold_newton_eigenbasis``, the library's since 2026-12-07) against the same step through the
+    weights' basis (``newton_track(one_eigh=True)`` from zero, the library's before it), on the same Gram picture of
+    the table's start point and a momentum of its timing stream (``timing_stream``, seed 0), in interleaved rounds
+    on one thread (2 warm-up rounds, then at least ``min_rounds`` and ``budget_s`` seconds, at most 21). The
+    picture, formed once, is common to both (the step's m x n products are not in either time). Rows: shape, each
+    path's median seconds, the ratio (eigenbasis / weights' basis; median of the rounds' with quartiles), both
+    paths' op counts (``matmul_f64``: the products with a float64 operand), and how far apart their results lie:
+    the certified bound and the value (relative), the direction (relative Frobenius). A benchmark: it measures and
+    reports, it asserts nothing. Default shapes: ``COLD_LONG_SHAPES``."""
+    import statistics
+
+    from manifold_muon.optim.inner_solvers import (NEWTON_COLD_LENGTH, _tall_unit, cold_newton_eigenbasis,
+                                                   gram_picture, newton_track)
+
+    shapes = [tuple(s) for s in (shapes or COLD_LONG_SHAPES)]
+    if min_rounds < 1:
+        raise ValueError(f"cold_eigenbasis: min_rounds must be >= 1, got {min_rounds}")
+    M = get_manifold("stiefel")
+    rows = []
+    with one_cpu_thread(), Stopwatch() as sw:
+        for shape in shapes:
+            W = start_point(shape, "stiefel")[None]
+            G = timing_stream(shape, 0, 4)[-1][None]
+            Wt, Gt, _ = _tall_unit(W, G, True, views=True)
+            pic = gram_picture(Wt, Gt, M.gram_projector, torch.float64, products=Wt.dtype, diagonal=True)
+            t = torch.full_like(pic.D[..., 0, 0], NEWTON_COLD_LENGTH)
+            arms = {"weights_basis": lambda i: newton_track(pic, torch.zeros_like(pic.D), t, 1, 1e-6, eigenbasis=True,
+                                                            one_eigh=True)[:4],
+                    "eigenbasis": lambda i: cold_newton_eigenbasis(pic, t, 1, 1e-6)[:4]}
+            out, ops = {}, {}
+            for key, fn in arms.items():
+                with OpCounter(max(shape)) as counter:
+                    out[key] = fn(0)
+                ops[key] = dict(counter.counts)
+            t_w, t_e = interleaved(arms["weights_basis"], arms["eigenbasis"], rounds=21, warmup=2,
+                                   min_rounds=min_rounds, budget_s=budget_s)
+            (A_w, v_w, b_w, _), (A_e, v_e, b_e, _) = out["weights_basis"], out["eigenbasis"]
+            Aw, Ae = A_w.matrix(pic).double(), A_e.matrix(pic).double()
+            row = dict(shape=list(shape), weights_basis_s=statistics.median(t_w), eigenbasis_s=statistics.median(t_e),
+                       **ratio_summary(t_e, t_w), rounds=len(t_e), ops_weights_basis=ops["weights_basis"],
+                       ops_eigenbasis=ops["eigenbasis"], bound_rel_diff=float((b_e - b_w).abs().max() / b_w.min()),
+                       value_rel_diff=float((v_e - v_w).abs().max() / v_w.min()),
+                       direction_rel_diff=float((Ae - Aw).norm() / Aw.norm()))
+            rows.append(row)
+            print(f"{str(shape):12s} eigenbasis {1e3 * row['eigenbasis_s']:8.2f} ms, weights' basis "
+                  f"{1e3 * row['weights_basis_s']:8.2f} ms ({row['ratio']:.3f}x); float64 products "
+                  f"{ops['eigenbasis'].get('matmul_f64', 0)} / {ops['weights_basis'].get('matmul_f64', 0)}; "
+                  f"direction apart {row['direction_rel_diff']:.1e}", flush=True)
+    params = dict(shapes=[list(s) for s in shapes], min_rounds=min_rounds, budget_s=budget_s, manifold="stiefel",
+                  cg_steps=1, length=NEWTON_COLD_LENGTH)
     return write_result(out_dir, name, dict(rows=rows), params, sw.seconds)
 
 
