@@ -1212,3 +1212,43 @@ def test_lean_default_on_stiefel_by_aspect_and_its_refusals():
             ManifoldMuon(W, inner="lean", **bad)
     old = ManifoldMuon(W, inner="lean", tracker="admm", inner_steps=0)
     assert (old.param_groups[0]["inner_steps"], old.param_groups[0]["warm_start"]) == (0, False)
+
+
+@pytest.mark.parametrize("shape", [(12, 5), (5, 12), (9, 9)])
+def test_the_fused_helpers_are_their_plain_forms(shape):
+    """The one-pass forms the lean step uses (2026-12-07) compute what their plain forms did: ``_add_product`` (a
+    ``baddbmm`` on 3-D batches, a sum elsewhere), ``rms``, ``multiplier`` (0, not inf or NaN, on a pair of zero
+    columns) and ``feasible``, whose one scaling must return a candidate in the unit op-norm ball whose value and
+    Gram matrix are those of the X it returns, and the zero direction where the candidate points uphill."""
+    from manifold_muon.optim.inner_solvers import (Span, _add_product, dot_G, feasible, gram, gram_picture,
+                                                   multiplier, rms)
+    g = torch.Generator().manual_seed(5)
+    Y, A, B = (torch.randn(2, 3, *s, generator=g, dtype=torch.float64) for s in ((6, 4), (6, 5), (5, 4)))
+    for y, a, b in ((Y, A, B), (Y[0], A[0], B[0]), (Y[:, 0].mT, B[:, 0].mT, A[:, 0].mT)):  # 4-D, 3-D, transposed
+        torch.testing.assert_close(_add_product(y, a, b, -0.5), y - 0.5 * (a @ b), rtol=1e-14, atol=1e-14)
+    torch.testing.assert_close(rms(Y), Y.pow(2).mean((-2, -1)).sqrt(), rtol=1e-14, atol=0)
+
+    M = get_manifold("dgram")
+    tall = (max(shape), min(shape))  # the picture's view of the weight
+    Wt = M.retract(torch.randn(1, *tall, generator=g, dtype=torch.float64))
+    Wt[..., :, :2] = 0  # a pair of zero columns (DGram allows them)
+    pic = gram_picture(Wt, torch.randn(1, *tall, generator=g, dtype=torch.float64), M.gram_projector)
+    S = torch.randn_like(pic.D)
+    lam = multiplier(pic, S)
+    d = torch.diagonal(pic.D, dim1=-2, dim2=-1)
+    den = d.unsqueeze(-1) + d.unsqueeze(-2)
+    ref = M.gram_projector(torch.where(den > 0, M.gram_projector(S) / torch.where(den > 0, den, 1), 0))
+    assert bool(torch.isfinite(lam).all()) and float(lam[..., 0, 1].abs()) == 0.0
+    torch.testing.assert_close(lam, ref, rtol=1e-14, atol=0)
+
+    n = pic.D.size(-1)
+    for sign in (1.0, -1.0):  # a candidate along G (value > 0) and against it (uphill: the zero direction)
+        X = Span(sign * 3 * pic.K0, sign * 3 * torch.eye(n, dtype=torch.float64).expand_as(pic.D))
+        Xf, value, AtA = feasible(pic, X, fast=True, with_gram=True)
+        torch.testing.assert_close(value, dot_G(pic, Xf).clamp_min(0), rtol=1e-12, atol=1e-14)
+        torch.testing.assert_close(AtA, gram(pic, Xf), rtol=1e-12, atol=1e-14)
+        assert float(torch.linalg.eigvalsh(AtA)[..., -1]) <= 1 + 1e-9
+        if sign < 0:
+            assert float(value) == 0.0 and float(Xf.a.abs().max()) == 0.0 and float(Xf.b.abs().max()) == 0.0
+        else:
+            assert float(value) > 0

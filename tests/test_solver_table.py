@@ -188,6 +188,28 @@ def test_cold_eigenbasis_times_both_paths_of_the_same_step(tmp_path):
         solver_table.cold_eigenbasis(tmp_path, name="ce", shapes=[(24, 8)], min_rounds=0)
 
 
+def test_against_commit_times_todays_lean_step_against_a_committed_library(tmp_path):
+    """``against_commit`` imports the library as committed at a revision under its own name, next to today's, times both
+    lean steps in the same rounds and records how far apart they land; a revision git does not know and an unknown
+    manifold are refused before any work."""
+    import manifold_muon
+
+    lib, sha = solver_table.library_at("HEAD")
+    assert lib is not manifold_muon and lib.optim.ManifoldMuon is not manifold_muon.optim.ManifoldMuon
+    assert lib.__name__ == f"manifold_muon_at_{sha[:12]}" and len(sha) == 40
+    out = solver_table.against_commit(tmp_path, "HEAD", name="ab", shapes=[(24, 8)], manifolds=["stiefel", "dgram"],
+                                      min_rounds=2, budget_s=0.0, steps=2)
+    assert (tmp_path / "ab.json").exists() and [r["manifold"] for r in out["rows"]] == ["stiefel", "dgram"]
+    for r in out["rows"]:
+        assert r["rounds"] == 2 and r["ratio"] > 0 and r["today_s"] > 0 and r["base_s"] > 0
+        for key in ("w_rel_diff", "step_rel_diff", "gap_rel_diff"):
+            assert 0 <= r[key] < float("inf")
+    with pytest.raises(ValueError, match="git checkout with that revision"):
+        solver_table.against_commit(tmp_path, "no-such-revision-here", name="ab")
+    with pytest.raises(ValueError, match="unknown manifold"):
+        solver_table.against_commit(tmp_path, "HEAD", name="ab", manifolds=["sphere"])
+
+
 def test_the_cold_newton_criterion_reads_each_of_its_parts():
     """``newton_cold_criterion`` holds on rows that meet each part and fails on rows that miss any one of them."""
     gpt2 = [(768, 2304), (768, 3072), (3072, 768)]

@@ -27,6 +27,7 @@ Conventions shared by the solvers:
 from __future__ import annotations
 
 import functools
+import math
 from dataclasses import dataclass
 from typing import Callable
 
@@ -40,8 +41,17 @@ __all__ = ["dual_ascent", "admm", "svt", "exact_solution", "tangent_init", "rms"
 
 
 def rms(X: torch.Tensor) -> torch.Tensor:
-    """Root-mean-square of each matrix in a batch."""
-    return X.pow(2).mean(dim=(-2, -1)).sqrt()
+    """Root-mean-square of each matrix in a batch: its Frobenius norm over sqrt(m n), one pass over X (squaring first
+    and averaging writes a temporary of X's size)."""
+    return torch.linalg.vector_norm(X, dim=(-2, -1)) / math.sqrt(X.size(-2) * X.size(-1))
+
+
+def _add_product(Y, A, B, alpha: float = 1.0):
+    """Y + alpha A @ B, in one call where all three are 3-D (``torch.baddbmm``: the product is accumulated into Y's
+    copy, no temporary of Y's size and no second pass over it); a plain sum for other batch shapes."""
+    if Y.dim() == A.dim() == B.dim() == 3:
+        return torch.baddbmm(Y, A, B, alpha=alpha)
+    return Y + alpha * (A @ B)
 
 
 def _tall_unit(W, G, normalize=True, views: bool = False):
@@ -283,8 +293,8 @@ class Span:
         if pic.W.size(-2) == pic.W.size(-1):
             return pic.W @ self.a.to(pic.W.dtype)
         if _transposed(pic.W):
-            return (self.a.to(pic.W.dtype).mT @ pic.W.mT + self.b.to(pic.C.dtype).mT @ pic.C.mT).mT
-        return pic.W @ self.a.to(pic.W.dtype) + pic.C @ self.b.to(pic.C.dtype)
+            return _add_product(self.a.to(pic.W.dtype).mT @ pic.W.mT, self.b.to(pic.C.dtype).mT, pic.C.mT).mT
+        return _add_product(pic.W @ self.a.to(pic.W.dtype), pic.C, self.b.to(pic.C.dtype))
 
 
 def _transposed(X) -> bool:
@@ -325,8 +335,9 @@ def _diagonal_solve(D, ridge, B):
     d = D.diagonal(dim1=-2, dim2=-1)
     J = (d + ridge[..., None]).reciprocal().unsqueeze(-1)
     Y = J * B
-    O = D - torch.diag_embed(d)
-    return Y - J * (O @ Y)
+    O = D.clone()
+    O.diagonal(dim1=-2, dim2=-1).zero_()
+    return torch.addcmul(Y, J, O @ Y, value=-1)
 
 
 SPLIT_OFF = 1e-6  # D's off-diagonal part below this of its diagonal (Frobenius): ``GramPicture.dmul`` splits it off
@@ -370,7 +381,7 @@ def gram_picture(W, G, P, dtype=torch.float64, products=torch.float64, diagonal:
         R = torch.zeros_like(D)
     else:
         # in G's layout: a wide weight's tall view gets C as the transpose of G^T - K0^T W^T (``Span.matrix``)
-        C = (G64.mT - K0.mT @ W64.mT).mT if _transposed(G64) else G64 - W64 @ K0
+        C = _add_product(G64.mT, K0.mT, W64.mT, -1).mT if _transposed(G64) else _add_product(G64, W64, K0, -1)
         # float32 products (the lean solve): R is still formed in float64, as the Gram matrix of exactly the C
         # that is stored and multiplied at the end. msign amplifies a direction of singular value s by 1/s, so
         # where C is rank-deficient (a low-rank gradient) R must describe that C below float32's rounding, or
@@ -422,7 +433,8 @@ def gram(pic: GramPicture, X: Span, exact: bool = False):
     DXa = pic.D @ X.a if exact else pic.dmul(X.a)
     if pic.W.size(-2) == pic.W.size(-1):  # square: C = 0, the b-part is empty
         return _sym(X.a.mT @ DXa)
-    return _sym(X.a.mT @ DXa + X.b.mT @ pic.R @ X.b)
+    aDa = X.a.mT @ DXa
+    return _sym(torch.baddbmm(aDa, X.b.mT @ pic.R, X.b) if aDa.dim() == 3 else aDa + X.b.mT @ pic.R @ X.b)
 
 
 def dot_G(pic: GramPicture, X: Span):
@@ -431,10 +443,12 @@ def dot_G(pic: GramPicture, X: Span):
 
 
 def multiplier(pic: GramPicture, S):
-    """Lambda = P(Lambda) with P(D Lambda + Lambda D) = P(S): ``gram_multiplier`` from diag(D) alone."""
+    """Lambda = P(Lambda) with P(D Lambda + Lambda D) = P(S): ``gram_multiplier`` from diag(D) alone (a pair of zero
+    columns, d_i + d_j = 0, gets 0: D's diagonal is a Gram matrix's, never negative, so 1 / (d_i + d_j) is +inf
+    exactly there)."""
     d = torch.diagonal(pic.D, dim1=-2, dim2=-1)
-    den = d.unsqueeze(-1) + d.unsqueeze(-2)
-    return pic.P(torch.where(den > 0, pic.P(S) / torch.where(den > 0, den, 1), 0))
+    inv = (d.unsqueeze(-1) + d.unsqueeze(-2)).reciprocal_().nan_to_num_(posinf=0.0)
+    return pic.P(pic.P(S) * inv)
 
 
 def z_of(pic: GramPicture, Lambda):
@@ -503,17 +517,15 @@ def feasible(pic: GramPicture, X: Span, polish: int = 0, fast: bool = False, wit
         op = torch.linalg.eigvalsh(N.to(torch.float32))[..., -1].to(N.dtype).clamp_min(0).sqrt().clamp_min(1) * (1 + 1e-6)
     else:
         op = torch.linalg.eigvalsh(N)[..., -1].clamp_min(0).sqrt().clamp_min(1)
-    X = X.scale(1 / op)
-    value = dot_G(pic, X)
+    value = dot_G(pic, X) / op  # <G, X / op>: X is scaled once, below
     # a candidate that points uphill (<G, X> < 0, seen from a wild multiplier) is worse than no step: the zero
     # direction replaces it (value 0, relative gap 1, its true sub-optimality), as the relative gap
-    # (bound - value) / bound bounds (OPT - value) / OPT only where value >= 0 (elsewhere X is multiplied by 1:
-    # unchanged to the last bit)
-    keep = torch.where(value < 0, 0.0, 1.0).to(value.dtype)
-    X = X.scale(keep)
+    # (bound - value) / bound bounds (OPT - value) / OPT only where value >= 0
+    f = torch.where(value < 0, 0.0, 1 / op).to(value.dtype)
+    X = X.scale(f)
     value = value.clamp_min(0)
     if with_gram:
-        return X, value, N / (op * op)[..., None, None] * keep[..., None, None]
+        return X, value, N * (f * f)[..., None, None]
     return X, value
 
 
@@ -1232,24 +1244,30 @@ def cold_newton_eigenbasis(pic: GramPicture, t, cg_steps: int, rtol, dtype=torch
     Q = pic.dmul(K0V)  # D K0 V
     x = _eigen_cg(pic, pic.K0, V, s, rtol, cg_steps, dtype, DaV=Q, in_eigenbasis=True)
     x = _sym(torch.nan_to_num(x, nan=0.0, posinf=0.0, neginf=0.0)).to(f64)  # an overflow moves nothing
-    tt = t.to(f64)[..., None, None]
+    tf = t.to(f64)
+    tt = tf[..., None, None]
     Vx = V @ x
     DVx = pic.dmul(Vx)
-    QVx = (Q.to(pd).mT @ Vx.to(pd)).to(f64)
-    M = 2 * tt * (QVx + QVx.mT) + 4 * tt * tt * (Vx.to(pd).mT @ DVx.to(pd)).to(f64)
-    diag = s * s + 4 * t.to(f64)[..., None] * (Q * Vx).sum(-2) + 4 * (t.to(f64) ** 2)[..., None] * (Vx * DVx).sum(-2)
+    diag = s * s + 4 * tf[..., None] * (Q * Vx).sum(-2) + 4 * (tf * tf)[..., None] * (Vx * DVx).sum(-2)
     m = diag.clamp_min(0).sqrt()
     bound = m.sum(-1)
-    inner = -M / _dk_denominator(_floored(m))
-    live = inv_sqrt(m, rtol) > 0  # as ``first_order_certificate``: no first-order term on a null direction
-    inner = torch.where(live.unsqueeze(-1) & live.unsqueeze(-2), inner, 0)
-    inner.diagonal(dim1=-2, dim2=-1).copy_(inv_sqrt(m, rtol))
-    Vp = V.to(pd)
-    B = inner.to(pd) @ Vp.mT
-    a1V = (K0V + 2 * tt * Vx).to(pd)
+    # the off-diagonal part, in the products' precision from here on (it only shapes the candidate; its products were
+    # already there): M's off-diagonal terms, divided by the Daleckii-Krein denominators in place
+    Vxp, Vp = Vx.to(pd), V.to(pd)
+    QVx = Q.to(pd).mT @ Vxp
+    tp = tf.to(pd)[..., None, None]
+    inner = torch.addcmul(QVx + QVx.mT, Vxp.mT @ DVx.to(pd), 2 * tp)  # M / (2t)
+    inner.mul_(-2 * tp).div_(_dk_denominator(_floored(m, pd)))  # -M / den
+    iv = inv_sqrt(m, rtol)
+    live = iv > 0  # as ``first_order_certificate``: no first-order term on a null direction
+    inner.masked_fill_(~(live.unsqueeze(-1) & live.unsqueeze(-2)), 0)
+    inner.diagonal(dim1=-2, dim2=-1).copy_(iv)
+    B = inner @ Vp.mT
+    a1V = torch.addcmul(K0V, Vx, 2 * tt).to(pd)
     A, value, AtA = feasible(pic, Span((a1V @ B).to(f64), (Vp @ B).to(f64)), 0, fast=True, with_gram=True)
-    Lambda1 = tt * _sym(Vx.to(pd) @ Vp.mT).to(f64)
-    Lambda = torch.where((bound < s.sum(-1))[..., None, None], Lambda1, 0)  # ``damped``'s rule from zero
+    # the multiplier t V x V^T, or 0 where the step did not lower the bound (``damped``'s rule from zero)
+    L = Vxp @ Vp.mT
+    Lambda = ((L + L.mT) * torch.where(bound < s.sum(-1), 0.5 * tf, 0).to(pd)[..., None, None]).to(f64)
     return A, value, bound, AtA, Lambda
 
 

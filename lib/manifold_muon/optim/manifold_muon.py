@@ -225,23 +225,30 @@ def lean_retract(M: GramManifold, sol: GramSolve, lr: float, weight_decay: float
     synchronisation per step, ``guard``)."""
     pic, A = sol.picture, sol.A
     c = 1 - lr * weight_decay
-    X = Span(c * pic.eye() - lr * A.a, -lr * A.b)
+
+    def coefficients(dt):  # X = W a' + C b', a' = c I - lr a and b' = -lr b, in dt
+        a = A.a.to(dt) * -lr
+        a.diagonal(dim1=-2, dim2=-1).add_(c)
+        return Span(a, A.b.to(dt) * -lr)
+
     if sol.AtA is None:
-        S = gram(pic, X, exact=True)
-    else:  # S = c^2 W^T W - c lr (W^T A + A^T W) + lr^2 A^T A from what the solve knows: no n x n product
+        S = gram(pic, coefficients(A.a.dtype), exact=True)
+    else:  # S = c^2 W^T W - c lr (W^T A + A^T W) + lr^2 A^T A from what the solve knows: no n x n product; each
+        # term is exactly symmetric (D and A^T A are formed so, a sum with its transpose is), so S is
         WtA = pic.dmul(A.a)
-        S = c * c * pic.D - c * lr * (WtA + WtA.mT) + lr * lr * sol.AtA
-    S = _sym(S).to(torch.float32)
+        S = torch.add(pic.D, sol.AtA, alpha=lr * lr).sub_(WtA + WtA.mT, alpha=lr) if c == 1 else \
+            c * c * pic.D - c * lr * (WtA + WtA.mT) + lr * lr * sol.AtA
+    S = S.to(torch.float32)
     T = M.series_factor(S, lr)
     landed = _landed(M, T, S, dtype)
     # X T in the weights' precision where W^T W is diagonal; elsewhere (Oblique) X's coefficients can be large
     # (W^T W ill conditioned) and X T stays in float64 (measured: float32 there doubles the constraint's rounding)
-    dt = pic.W.dtype if pic.diagonal else X.a.dtype
+    dt = pic.W.dtype if pic.diagonal else A.a.dtype
     T = torch.nan_to_num(T).to(dt)
-    W_new = Span(X.a.to(dt), X.b.to(dt)).times(T, pic).matrix(pic)
+    W_new = coefficients(dt).times(T, pic).matrix(pic)
 
     def fix(bad):
-        Xm = X.matrix(pic)
+        Xm = coefficients(A.a.dtype).matrix(pic)
         return _orient(torch.where(bad[..., None, None], M.retract(Xm), W_new), sol.wide)
 
     return _orient(W_new, sol.wide), landed, fix

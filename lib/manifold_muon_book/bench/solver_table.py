@@ -635,6 +635,101 @@ def cold_eigenbasis(out_dir: Path, name: str = "solver_table_cold_eigenbasis", s
     return write_result(out_dir, name, dict(rows=rows), params, sw.seconds)
 
 
+def library_at(base: str, repo: Path | None = None):
+    """The ``manifold_muon`` package as it was at the git revision ``base`` of ``repo`` (default: the checkout this
+    module lies in), imported under its own name next to today's (its imports are relative), for same-run
+    comparisons. Refused with a clear error, before any work, where git or the revision is missing."""
+    import atexit
+    import importlib
+    import io
+    import shutil
+    import subprocess
+    import sys
+    import tarfile
+    import tempfile
+
+    repo = Path(repo) if repo is not None else Path(__file__).resolve().parents[3]
+    try:
+        sha = subprocess.run(["git", "-C", str(repo), "rev-parse", "--verify", f"{base}^{{commit}}"], check=True,
+                             capture_output=True, text=True).stdout.strip()
+        blob = subprocess.run(["git", "-C", str(repo), "archive", sha, "lib/manifold_muon"], check=True,
+                              capture_output=True).stdout
+    except (OSError, subprocess.CalledProcessError) as err:
+        said = (getattr(err, "stderr", None) or b"").decode() if isinstance(getattr(err, "stderr", None), bytes) \
+            else (getattr(err, "stderr", None) or str(err))
+        raise ValueError(f"library_at: cannot read lib/manifold_muon at {base!r} in {repo}: a git checkout with that "
+                         f"revision is needed (git: {said.strip()})") from None
+    name = f"manifold_muon_at_{sha[:12]}"
+    if name not in sys.modules:
+        root = Path(tempfile.mkdtemp(prefix="manifold_muon_at_"))
+        atexit.register(shutil.rmtree, root, True)  # kept while the process runs: the package imports lazily too
+        with tarfile.open(fileobj=io.BytesIO(blob)) as tar:
+            tar.extractall(root, filter="data")
+        (root / "lib" / "manifold_muon").rename(root / name)
+        sys.path.insert(0, str(root))
+        try:
+            importlib.import_module(name)
+        finally:
+            sys.path.remove(str(root))
+    return sys.modules[name], sha
+
+
+def against_commit(out_dir: Path, base: str, name: str = "solver_table_against_base", shapes=None,
+                   manifolds=MANIFOLDS, min_rounds: int = 40, budget_s: float = 6.0, steps: int = 6) -> dict:
+    """Today's lean step against the library at git revision ``base`` (``library_at``), in one process: each
+    (shape, manifold)'s ``lean`` optimizer step from both libraries on the table's start point and timing stream
+    (``start_point``, ``timing_stream``, seed 0), at lr 0, in interleaved rounds on one thread (3 warm-up rounds,
+    then at least ``min_rounds`` and ``budget_s`` seconds, at most 120): ``ratio`` is today's time over the base's
+    (median of the rounds' ratios, with quartiles). And how far apart the two steps land: from the same start, along
+    ``steps`` momenta of the table's accuracy stream (``stream``) at lr 0.02, the largest relative difference of the
+    weights (``w_rel_diff``) and of the recorded certified gap (``gap_rel_diff``), and of the first step itself
+    relative to its length (``step_rel_diff``). A benchmark: it measures and reports, it asserts nothing. Default
+    shapes: the table's CPU shapes and 384 x 128 (``TABLE_SHAPES`` up to GPT-2 small's)."""
+    import statistics
+
+    shapes = [tuple(s) for s in (shapes or CPU_SHAPES + [(384, 128)])]
+    check_names("solver_table.against_commit", manifolds=manifolds)
+    if min_rounds < 1 or steps < 1:
+        raise ValueError(f"against_commit: min_rounds and steps must be >= 1, got {min_rounds} and {steps}")
+    lib, sha = library_at(base)
+    classes = {"today": ManifoldMuon, "base": lib.optim.ManifoldMuon}
+    rows = []
+    with one_cpu_thread(), Stopwatch() as sw:
+        for shape in shapes:
+            timed = timing_stream(shape, 0, 123)
+            accuracy = stream(shape, steps, 0)
+            for manifold in manifolds:
+                W0 = start_point(shape, manifold)
+                arms = {key: at_lr0(lambda p, c=cls: c(p, momentum=0.0, nesterov=False, manifold=manifold,
+                                                        **VARIANTS["lean"]), W0) for key, cls in classes.items()}
+                step = [lambda i, opt=arms[k][1]: opt.step() for k in classes]
+                prepare = [lambda i, W=arms[k][0]: setattr(W, "grad", timed[i].clone()) for k in classes]
+                t_today, t_base = interleaved(*step, rounds=120, warmup=3, min_rounds=min_rounds, budget_s=budget_s,
+                                              prepare=prepare)
+                paths = {}
+                for key, cls in classes.items():
+                    W = torch.nn.Parameter(W0.clone())
+                    opt = cls([W], lr=LRS[0], momentum=0.0, nesterov=False, manifold=manifold, **VARIANTS["lean"])
+                    paths[key] = []
+                    for G in accuracy:
+                        W.grad = G.float().clone()
+                        opt.step()
+                        paths[key].append((W.detach().clone(), float(opt.state[W]["duality_gap"])))
+                (W1, _), (W1b, _) = paths["today"][0], paths["base"][0]
+                row = dict(shape=list(shape), manifold=manifold, today_s=statistics.median(t_today),
+                           base_s=statistics.median(t_base), **ratio_summary(t_today, t_base), rounds=len(t_today),
+                           w_rel_diff=max(float((a - b).norm() / b.norm()) for (a, _), (b, _) in zip(*paths.values())),
+                           step_rel_diff=float((W1 - W1b).norm() / (W1b - W0).norm().clamp_min(1e-30)),
+                           gap_rel_diff=max(abs(g - h) / max(h, 1e-30) for (_, g), (_, h) in zip(*paths.values())))
+                rows.append(row)
+                print(f"{str(shape):12s} {manifold:12s} today / base {row['ratio']:.3f} (quartiles {row['ratio_q1']:.3f}"
+                      f"-{row['ratio_q3']:.3f}, {row['rounds']} rounds); steps apart {row['step_rel_diff']:.1e}, "
+                      f"weights {row['w_rel_diff']:.1e}, gap {row['gap_rel_diff']:.1e}", flush=True)
+    params = dict(base=base, base_commit=sha, shapes=[list(s) for s in shapes], manifolds=list(manifolds),
+                  min_rounds=min_rounds, budget_s=budget_s, steps=steps, variant=repr(VARIANTS["lean"]))
+    return write_result(out_dir, name, dict(rows=rows), params, sw.seconds)
+
+
 TIMING_KEYS = ("seconds", "muon_fp32_s", "ratio", "ratio_q1", "ratio_q3", "timing_rounds")
 
 
