@@ -1225,7 +1225,8 @@ def test_the_fused_helpers_are_their_plain_forms(shape):
     g = torch.Generator().manual_seed(5)
     Y, A, B = (torch.randn(2, 3, *s, generator=g, dtype=torch.float64) for s in ((6, 4), (6, 5), (5, 4)))
     for y, a, b in ((Y, A, B), (Y[0], A[0], B[0]), (Y[:, 0].mT, B[:, 0].mT, A[:, 0].mT)):  # 4-D, 3-D, transposed
-        torch.testing.assert_close(_add_product(y, a, b, -0.5), y - 0.5 * (a @ b), rtol=1e-14, atol=1e-14)
+        for alpha in (-0.5, -1, 1):
+            torch.testing.assert_close(_add_product(y, a, b, alpha), y + alpha * (a @ b), rtol=1e-14, atol=1e-14)
     torch.testing.assert_close(rms(Y), Y.pow(2).mean((-2, -1)).sqrt(), rtol=1e-14, atol=0)
 
     M = get_manifold("dgram")

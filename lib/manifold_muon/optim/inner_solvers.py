@@ -48,9 +48,12 @@ def rms(X: torch.Tensor) -> torch.Tensor:
 
 def _add_product(Y, A, B, alpha: float = 1.0):
     """Y + alpha A @ B, in one call where all three are 3-D (``torch.baddbmm``: the product is accumulated into Y's
-    copy, no temporary of Y's size and no second pass over it); a plain sum for other batch shapes."""
+    copy, no temporary of Y's size and no second pass over it); for other batch shapes (a split weight's blocks) a
+    plain sum or difference, scaled only where alpha is not 1 or -1."""
     if Y.dim() == A.dim() == B.dim() == 3:
         return torch.baddbmm(Y, A, B, alpha=alpha)
+    if alpha in (1, -1):
+        return Y + A @ B if alpha == 1 else Y - A @ B
     return Y + alpha * (A @ B)
 
 
