@@ -655,8 +655,8 @@ def library_at(base: str, repo: Path | None = None):
         blob = subprocess.run(["git", "-C", str(repo), "archive", sha, "lib/manifold_muon"], check=True,
                               capture_output=True).stdout
     except (OSError, subprocess.CalledProcessError) as err:
-        said = (getattr(err, "stderr", None) or b"").decode() if isinstance(getattr(err, "stderr", None), bytes) \
-            else (getattr(err, "stderr", None) or str(err))
+        said = getattr(err, "stderr", None) or str(err)
+        said = said.decode() if isinstance(said, bytes) else said
         raise ValueError(f"library_at: cannot read lib/manifold_muon at {base!r} in {repo}: a git checkout with that "
                          f"revision is needed (git: {said.strip()})") from None
     name = f"manifold_muon_at_{sha[:12]}"
