@@ -436,8 +436,7 @@ def gram(pic: GramPicture, X: Span, exact: bool = False):
     DXa = pic.D @ X.a if exact else pic.dmul(X.a)
     if pic.W.size(-2) == pic.W.size(-1):  # square: C = 0, the b-part is empty
         return _sym(X.a.mT @ DXa)
-    aDa = X.a.mT @ DXa
-    return _sym(torch.baddbmm(aDa, X.b.mT @ pic.R, X.b) if aDa.dim() == 3 else aDa + X.b.mT @ pic.R @ X.b)
+    return _sym(_add_product(X.a.mT @ DXa, X.b.mT @ pic.R, X.b))
 
 
 def dot_G(pic: GramPicture, X: Span):
@@ -861,10 +860,11 @@ def lean_solve(W, G, P, warm=None, steps=1, rho=None, relax=1.8, normalize=True,
     singular value thresholding keeps only singular values above 1/rho = sqrt(n) (in unit-RMS units, the
     top few), which float32's eigh resolves to ~1e-5 relative, and they only move the multiplier that the
     float64 certificate then judges; the certificate (msign maps every singular value to 1, the small ones
-    included) stays in float64. A^T A is returned (``GramSolve.AtA``) for ``lean_retract``. Why a few iterations suffice: consecutive momenta are close (Muon's momentum
-    0.95), so the optimal multiplier moves little between steps and the iterations of successive steps add
-    up (chapter 04 measures the error against a certified reference along a stream). Returns a
-    ``GramSolve`` whose gap is a certificate (an upper bound on A's relative sub-optimality), as a tensor.
+    included) stays in float64. A^T A is returned (``GramSolve.AtA``) for ``lean_retract``. Why a few iterations
+    suffice: consecutive momenta are close (Muon's momentum 0.95), so the optimal multiplier moves little between steps
+    and the iterations of successive steps add up (chapter 04 measures the error against a certified reference along a
+    stream). Returns a ``GramSolve`` whose gap is a certificate (an upper bound on A's relative sub-optimality), as a
+    tensor.
 
     ``certify_first``: the other order. The certificate is taken at the carried multiplier first, and the
     iterations then run from (that multiplier, U = 0), for the next step. With U = 0 the first iteration
@@ -908,11 +908,11 @@ def lean_solve(W, G, P, warm=None, steps=1, rho=None, relax=1.8, normalize=True,
     at ``NEWTON_COLD_LENGTH`` of its length, then the direction and the certified bound at the new multiplier from
     Lambda = 0's eigendecomposition (``first_order_certificate``, as ``"newton_dk"``): one eigendecomposition and one
     float32 eigvalsh a step, the cold step's count, and no state. With ``eigenbasis`` (Stiefel, the default's case) the
-    step never leaves N's eigenbasis (``cold_newton_eigenbasis``: the same mathematics, four float64 products fewer). Why from zero and not from the tangent projection's
-    multiplier (the cold ADMM step's start): on the table's momenta that multiplier is 5-7x the optimum's in norm
-    and at a wide angle to it (cosine about 0.3; 2026-12-07, 512 x 128, three momenta; chapter 04 computes one), so it
-    lies 5-7 optimum norms from the optimum where zero lies one, and a full Newton step from it landed further away
-    than it started. Measured on the table's
+    step never leaves N's eigenbasis (``cold_newton_eigenbasis``: the same mathematics, four float64 products fewer).
+    Why from zero and not from the tangent projection's multiplier (the cold ADMM step's start): on the table's momenta
+    that multiplier is 5-7x the optimum's in norm and at a wide angle to it (cosine about 0.3; 2026-12-07, 512 x 128,
+    three momenta; chapter 04 computes one), so it lies 5-7 optimum norms from the optimum where zero lies one, and a
+    full Newton step from it landed further away than it started. Measured on the table's
     stationary stream, chapter 04: e_W at lr 0.02 3-5x smaller than the tangent projection's cold step (0.65%) at
     every rectangular Stiefel weight of the table (3 and 4 times as long as wide); nearer square it is worse, which
     is why "auto" stops at ``NEWTON_COLD_ASPECT``. On DGram and Oblique it acts too (Jacobi-preconditioned), unmeasured
@@ -1175,6 +1175,20 @@ def damped(fell, Lambda1, Lambda, t):
     return torch.where(fell[..., None, None], Lambda1, Lambda), torch.where(fell, (2 * t).clamp_max(1), 0.5 * t)
 
 
+def _first_order_factor(inner, m, rtol):
+    """N1^{-1/2} to first order in V's basis (``first_order_certificate``, ``cold_newton_eigenbasis``): ``inner``, the
+    first-order off-diagonal terms -M / den, with diag(1/m) on its diagonal, written in place. A direction
+    numerically null at the new multiplier (m_i <= rtol max m, which ``inv_sqrt`` maps to 0) takes no first-order
+    term either: there den is floored, and the term would carry float32 C's rounding (C^T W ~ 1e-7, not 0) into A at
+    1/floor (seen on a rank-2 momentum from Lambda = 0: a direction 0.04 off the tangent space,
+    tests/test_lean_step.py)."""
+    iv = inv_sqrt(m, rtol)
+    live = iv > 0
+    inner.masked_fill_(~(live.unsqueeze(-1) & live.unsqueeze(-2)), 0)
+    inner.diagonal(dim1=-2, dim2=-1).copy_(iv)
+    return inner
+
+
 def first_order_certificate(pic: GramPicture, Lambda1, V, rtol, first_order: bool = True, about=None):
     """(A, value, bound, A^T A) at the multiplier ``Lambda1`` from the eigenvectors V of N = Z^T Z taken at another
     multiplier (the carried one: ``newton_track(one_eigh=True)``), with no eigendecomposition of its own.
@@ -1205,13 +1219,7 @@ def first_order_certificate(pic: GramPicture, Lambda1, V, rtol, first_order: boo
     m = d.sqrt()
     bound = m.sum(-1)
     inner = -M / _dk_denominator(_floored(m if about is None else about)) if first_order else torch.zeros_like(M)
-    # a direction numerically null at Lambda1 (m_i <= rtol max m, which inv_sqrt maps to 0) takes no first-order term
-    # either: there den is floored, and the term would carry float32 C's rounding (C^T W ~ 1e-7, not 0) into A at
-    # 1/floor (seen on a rank-2 momentum from Lambda = 0: a direction 0.04 off the tangent space, tests/test_lean_step.py)
-    live = inv_sqrt(m, rtol) > 0
-    inner = torch.where(live.unsqueeze(-1) & live.unsqueeze(-2), inner, 0)
-    inner.diagonal(dim1=-2, dim2=-1).copy_(inv_sqrt(m, rtol))
-    Y = V @ inner @ V.mT
+    Y = V @ _first_order_factor(inner, m, rtol) @ V.mT
     A, value, AtA = feasible(pic, Span(a1 @ Y, Y), 0, fast=True, with_gram=True)
     return A, value, bound, AtA
 
@@ -1261,11 +1269,7 @@ def cold_newton_eigenbasis(pic: GramPicture, t, cg_steps: int, rtol, dtype=torch
     tp = tf.to(pd)[..., None, None]
     inner = torch.addcmul(QVx + QVx.mT, Vxp.mT @ DVx.to(pd), 2 * tp)  # M / (2t)
     inner.mul_(-2 * tp).div_(_dk_denominator(_floored(m, pd)))  # -M / den
-    iv = inv_sqrt(m, rtol)
-    live = iv > 0  # as ``first_order_certificate``: no first-order term on a null direction
-    inner.masked_fill_(~(live.unsqueeze(-1) & live.unsqueeze(-2)), 0)
-    inner.diagonal(dim1=-2, dim2=-1).copy_(iv)
-    B = inner @ Vp.mT
+    B = _first_order_factor(inner, m, rtol) @ Vp.mT
     a1V = torch.addcmul(K0V, Vx, 2 * tt).to(pd)
     A, value, AtA = feasible(pic, Span((a1V @ B).to(f64), (Vp @ B).to(f64)), 0, fast=True, with_gram=True)
     # the multiplier t V x V^T, or 0 where the step did not lower the bound (``damped``'s rule from zero)
@@ -1645,9 +1649,9 @@ def alm_solve(W, G, P, warm=None, tol=1e-8, steps=60, cg_steps=200, newton_steps
     the second stopped at 2.4e-6. To tol 1e-6, DGram in 0.86 s and 0.68 s (old: 1.05 s and 0.53 s), Oblique in 0.12 s
     and 0.18 s (old: 0.08 s, and 1.3 s stopping at 2.4e-6). The inner tolerance follows the last outer step, up and
     down: held to its least so far, DGram to 1e-6 took 1.44 s and 0.97 s; where a face of optima lets the candidate
-    drift (a rank-2 gradient), the Anderson fallback takes over after it (``exact_solve``). The penalty schedule: growth 1.5 to a cap of 100
-    from 1, chosen on DGram momentum 0 at 128 among first values 0.3 to 10, growths 1.3 to 2 and caps 30 to 1000
-    (0.84-3.3 s to 1e-6; larger penalties take fewer outer steps and more CG steps each)."""
+    drift (a rank-2 gradient), the Anderson fallback takes over after it (``exact_solve``). The penalty schedule: growth
+    1.5 to a cap of 100 from 1, chosen on DGram momentum 0 at 128 among first values 0.3 to 10, growths 1.3 to 2 and
+    caps 30 to 1000 (0.84-3.3 s to 1e-6; larger penalties take fewer outer steps and more CG steps each)."""
     if W.size(-2) != W.size(-1):
         raise ValueError(f"alm_solve: square weights only (got {tuple(W.shape[-2:])}); a rectangular weight's optimum "
                          "is mostly full-rank: use newton_solve or exact_solve")

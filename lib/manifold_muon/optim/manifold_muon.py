@@ -770,9 +770,10 @@ class ManifoldMuon(MatrixOptimizer):
         if warm is not None and all("newton_t" in s for s in states):
             damping = torch.stack([s["newton_t"] for s in states])
         steps = lean_steps(M, group["tracker"], W.shape, group["inner_steps"])
+        tracker = resolve_tracker(M, group["tracker"], W.shape)
         sol = lean_solve(W, G, M.gram_projector, warm=warm, steps=steps, rho=group["rho"],
                          normalize=group["normalize"], diagonal=M.diagonal_gram, certify_first=group["certify_first"],
-                         tracker=resolve_tracker(M, group["tracker"], W.shape), damping=damping,
+                         tracker=tracker, damping=damping,
                          eigenbasis=isinstance(M, Stiefel))
         violation = rms(M.gram_projector(tangent_defect(sol.picture, sol.A)))
         for i, s in enumerate(states):

@@ -245,6 +245,15 @@ def at_lr0(factory, W0):
     return W, opt
 
 
+def interleaved_steps(arms, grads, **rounds):
+    """Two optimizers' steps in interleaved rounds (``interleaved``, with ``rounds`` its settings): ``arms``, two
+    (W, optimizer) pairs (``at_lr0``), the i-th round stepping both on ``grads[i]`` (set untimed), the device
+    synchronised around each step on a GPU. Returns the kept times of each, in seconds."""
+    steps = [lambda i, opt=opt: opt.step() for _, opt in arms]
+    set_grads = [lambda i, W=W: setattr(W, "grad", grads[i].clone()) for W, _ in arms]
+    return interleaved(*steps, cuda=arms[0][0].device.type == "cuda", prepare=set_grads, **rounds)
+
+
 def paired_times(make, W0, grads, warmup: int, min_rounds: int, max_rounds: int, budget_s: float) -> dict:
     """The variant's optimizer step against Muon's (``muon_fp32``) on the same matrix, in interleaved rounds: each
     round steps both on the same momentum of ``grads`` (each optimizer on its own copy of W0, at lr 0, so that a
@@ -257,12 +266,8 @@ def paired_times(make, W0, grads, warmup: int, min_rounds: int, max_rounds: int,
 
     if len(grads) < warmup + max_rounds:
         raise ValueError(f"paired_times: {len(grads)} momenta for {warmup} + {max_rounds} rounds; pass more")
-    arms = [at_lr0(factory, W0)[::-1] for factory in (muon_fp32, make)]
-
-    steps = [lambda i, opt=opt: opt.step() for opt, _ in arms]
-    set_grads = [lambda i, W=W: setattr(W, "grad", grads[i].clone()) for _, W in arms]  # untimed
-    t_muon, t_var = interleaved(*steps, rounds=max_rounds, warmup=warmup, min_rounds=min_rounds, budget_s=budget_s,
-                                cuda=W0.device.type == "cuda", prepare=set_grads)
+    t_muon, t_var = interleaved_steps([at_lr0(factory, W0) for factory in (muon_fp32, make)], grads,
+                                      rounds=max_rounds, warmup=warmup, min_rounds=min_rounds, budget_s=budget_s)
     return dict(seconds=statistics.median(t_var), muon_fp32_s=statistics.median(t_muon),
                 **ratio_summary(t_var, t_muon), timing_rounds=len(t_var))
 
@@ -700,12 +705,10 @@ def against_commit(out_dir: Path, base: str, name: str = "solver_table_against_b
             accuracy = stream(shape, steps, 0)
             for manifold in manifolds:
                 W0 = start_point(shape, manifold)
-                arms = {key: at_lr0(lambda p, c=cls: c(p, momentum=0.0, nesterov=False, manifold=manifold,
-                                                        **VARIANTS["lean"]), W0) for key, cls in classes.items()}
-                step = [lambda i, opt=arms[k][1]: opt.step() for k in classes]
-                prepare = [lambda i, W=arms[k][0]: setattr(W, "grad", timed[i].clone()) for k in classes]
-                t_today, t_base = interleaved(*step, rounds=120, warmup=3, min_rounds=min_rounds, budget_s=budget_s,
-                                              prepare=prepare)
+                arms = [at_lr0(lambda p, c=cls: c(p, momentum=0.0, nesterov=False, manifold=manifold,
+                                                   **VARIANTS["lean"]), W0) for cls in classes.values()]
+                t_today, t_base = interleaved_steps(arms, timed, rounds=120, warmup=3, min_rounds=min_rounds,
+                                                    budget_s=budget_s)
                 paths = {}
                 for key, cls in classes.items():
                     W = torch.nn.Parameter(W0.clone())

@@ -103,7 +103,7 @@ from manifold_muon.opcount import _DECOMP, _MATMUL
 from manifold_muon.optim import ManifoldMuon
 import manifold_muon.optim.inner_solvers as inner_solvers
 from manifold_muon.optim.inner_solvers import Span, _sym, eig_sqrt, factor, feasible, inv_sqrt, newton_direction
-from .common import interleaved, one_cpu_thread, write_result
+from .common import one_cpu_thread, write_result
 
 # the table's lean misses at width 128 (runs/bench/solver_table.json), and GPT-2 small's c_attn for contrast
 BUDGET_WEIGHTS = (((128, 128), "stiefel"), ((128, 128), "dgram"), ((128, 512), "dgram"), ((512, 128), "dgram"),
@@ -286,15 +286,13 @@ def timed_calls(step, prepare, steps: int, shape) -> dict:
 
 
 def budget(shape, manifold: str, rounds: int, timed: int, warmup: int = 4, seed: int = 0) -> dict:
-    from .solver_table import at_lr0, muon_fp32, start_point, timing_stream
+    from .solver_table import at_lr0, interleaved_steps, muon_fp32, start_point, timing_stream
 
     W0 = start_point(shape, manifold, seed).float().cpu()  # CPU only: a GPU call returns before its kernel ends
     grads = [G.cpu() for G in timing_stream(shape, seed, warmup + rounds + timed)]
     lean = lambda p: ManifoldMuon(p, momentum=0.0, nesterov=False, manifold=manifold, inner="lean")  # noqa: E731
     arms = {"lean": at_lr0(lean, W0), "muon": at_lr0(muon_fp32, W0)}
-    steps = [lambda i, opt=opt: opt.step() for _, opt in arms.values()]
-    set_grads = [lambda i, W=W: setattr(W, "grad", grads[i].clone()) for W, _ in arms.values()]  # untimed
-    times = dict(zip(arms, interleaved(*steps, rounds=rounds, warmup=warmup, prepare=set_grads)))
+    times = dict(zip(arms, interleaved_steps(list(arms.values()), grads, rounds=rounds, warmup=warmup)))
     row = dict(shape=list(shape), manifold=manifold, rounds=rounds, timed_steps=timed,
                lean_ms=1e3 * statistics.median(times["lean"]), muon_ms=1e3 * statistics.median(times["muon"]))
     row["ratio"] = row["lean_ms"] / row["muon_ms"]
