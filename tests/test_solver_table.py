@@ -210,6 +210,32 @@ def test_against_commit_times_todays_lean_step_against_a_committed_library(tmp_p
         solver_table.against_commit(tmp_path, "HEAD", name="ab", manifolds=["sphere"])
 
 
+def test_run_to_run_times_the_lean_rows_in_fresh_processes_and_summarises_each_row(tmp_path):
+    """``run_to_run`` times the table's lean rows once per fresh process and reports, per row, every run's ratio and
+    their summary (median, quartiles inside the range even from two runs, runs over the row's target); too few runs, an unknown manifold
+    and an unknown timing setting are refused before any process starts."""
+    quick = dict(warmup=1, min_rounds=2, max_rounds=2, budget_s=0.0)
+    out = solver_table.run_to_run(tmp_path, name="rr", shapes=[(24, 8), (8, 8)], manifolds=["stiefel", "dgram"], runs=2,
+                                  timing=quick)
+    saved = json.loads((tmp_path / "rr.json").read_text())
+    assert saved["rows"] == out["rows"] and saved["parameters"]["runs"] == 2
+    assert [(tuple(r["shape"]), r["manifold"]) for r in out["rows"]] == [
+        ((24, 8), "stiefel"), ((24, 8), "dgram"), ((8, 8), "stiefel"), ((8, 8), "dgram")]
+    for r in out["rows"]:
+        ratios = r["ratios"]
+        assert len(ratios) == len(r["seconds"]) == len(r["muon_fp32_s"]) == r["runs"] == 2 and min(ratios) > 0
+        assert r["low"] == min(ratios) <= r["q1"] <= r["median"] <= r["q3"] <= r["high"] == max(ratios)
+        assert r["target_ratio"] == solver_table.target(tuple(r["shape"]), r["manifold"])
+        assert r["runs_over_target"] == sum(x > r["target_ratio"] for x in ratios)
+    with pytest.raises(ValueError, match="runs must be >= 2"):
+        solver_table.run_to_run(tmp_path, name="rr2", runs=1)
+    with pytest.raises(ValueError, match="unknown manifold"):
+        solver_table.run_to_run(tmp_path, name="rr2", manifolds=["sphere"])
+    with pytest.raises(ValueError, match="unknown timing setting"):
+        solver_table.run_to_run(tmp_path, name="rr2", timing=dict(round=3))
+    assert not (tmp_path / "rr2.json").exists()
+
+
 def test_the_cold_newton_criterion_reads_each_of_its_parts():
     """``newton_cold_criterion`` holds on rows that meet each part and fails on rows that miss any one of them."""
     gpt2 = [(768, 2304), (768, 3072), (3072, 768)]

@@ -733,6 +733,75 @@ def against_commit(out_dir: Path, base: str, name: str = "solver_table_against_b
     return write_result(out_dir, name, dict(rows=rows), params, sw.seconds)
 
 
+RUN_TO_RUN_SHAPES = CPU_SHAPES + [(384, 128)]  # the width-128 weights, where the table's misses of the ratio are
+
+
+def lean_ratios(shapes, manifolds, timing=None) -> list[dict]:
+    """One run of the table's timing of its ``lean`` rows (``paired_times`` on ``timing_stream``, seed 0, from
+    ``start_point``; ``TIMING`` with ``timing`` over it), on one thread, nothing else: a row per (shape, manifold)
+    with the ratio, its quartiles and both medians. ``run_to_run`` calls it in fresh processes."""
+    timing = dict(TIMING, **(timing or {}))
+    rows = []
+    with one_cpu_thread():
+        for shape in shapes:
+            timed = timing_stream(shape, 0, timing["warmup"] + timing["max_rounds"])
+            for manifold in manifolds:
+                make = lambda p, m=manifold: ManifoldMuon(p, momentum=0.0, nesterov=False, manifold=m,  # noqa: E731
+                                                          **VARIANTS["lean"])
+                rows.append(dict(shape=list(shape), manifold=manifold,
+                                 **paired_times(make, start_point(shape, manifold), timed, **timing)))
+    return rows
+
+
+def run_to_run(out_dir: Path, name: str = "solver_table_run_to_run", shapes=None, manifolds=MANIFOLDS, runs: int = 8,
+               timing=None) -> dict:
+    """How far the table's ratio of a lean row moves from one run to the next: ``lean_ratios`` (the table's timing
+    protocol, ``TIMING``) in ``runs`` fresh Python processes one after the other, each timing every (shape,
+    manifold). Per row: every run's ratio, their median, range and quartiles, and in how many runs it is above the
+    row's target (``target``). Why: the table judges each ratio on one run, and at width 128 two runs of the same
+    library have read 2.56 and 2.78 at 384 x 128 Stiefel (chapter 04); a row whose runs fall on both sides of its
+    target has no reproducible verdict from one run. A benchmark: it measures and reports, it judges nothing. Runs
+    back to back on one machine: the spread between machines or days can only be larger. Default shapes:
+    ``RUN_TO_RUN_SHAPES``."""
+    import json
+    import statistics
+    import subprocess
+    import sys
+
+    shapes = [tuple(s) for s in (shapes or RUN_TO_RUN_SHAPES)]
+    check_names("solver_table.run_to_run", manifolds=manifolds)
+    _check_timing(timing, "solver_table.run_to_run")
+    if runs < 2:
+        raise ValueError(f"run_to_run: runs must be >= 2 (a spread needs two runs), got {runs}")
+    args = json.dumps(dict(shapes=[list(s) for s in shapes], manifolds=list(manifolds), timing=timing or {}))
+    script = ("import json, sys; from manifold_muon_book.bench import solver_table as st; a = json.loads(sys.argv[1]); "
+              "print(json.dumps(st.lean_ratios([tuple(s) for s in a['shapes']], a['manifolds'], a['timing'])))")
+    per_run = []
+    with Stopwatch() as sw:
+        for k in range(runs):
+            done = subprocess.run([sys.executable, "-c", script, args], capture_output=True, text=True)
+            if done.returncode != 0:
+                raise RuntimeError(f"run_to_run: run {k + 1} of {runs} failed:\n{done.stderr[-2000:]}")
+            per_run.append(json.loads(done.stdout.strip().splitlines()[-1]))
+            print(f"[run_to_run] run {k + 1} of {runs} done", flush=True)
+    rows = []
+    for i, first in enumerate(per_run[0]):
+        ratios = [run[i]["ratio"] for run in per_run]
+        q1, _, q3 = statistics.quantiles(ratios, n=4, method="inclusive")
+        bar = target(tuple(first["shape"]), first["manifold"])
+        row = dict(shape=first["shape"], manifold=first["manifold"], ratios=ratios, median=statistics.median(ratios),
+                   low=min(ratios), high=max(ratios), q1=q1, q3=q3, target_ratio=bar,
+                   runs_over_target=sum(r > bar for r in ratios), runs=len(ratios),
+                   seconds=[run[i]["seconds"] for run in per_run], muon_fp32_s=[run[i]["muon_fp32_s"] for run in per_run])
+        rows.append(row)
+        print(f"{str(tuple(row['shape'])):12s} {row['manifold']:12s} ratio median {row['median']:.2f}, range "
+              f"{row['low']:.2f}-{row['high']:.2f}; over {bar} in {row['runs_over_target']} of {row['runs']} runs",
+              flush=True)
+    params = dict(shapes=[list(s) for s in shapes], manifolds=list(manifolds), runs=runs,
+                  timing=dict(TIMING, **(timing or {}), protocol="paired"), variant=repr(VARIANTS["lean"]))
+    return write_result(out_dir, name, dict(rows=rows), params, sw.seconds)
+
+
 TIMING_KEYS = ("seconds", "muon_fp32_s", "ratio", "ratio_q1", "ratio_q3", "timing_rounds")
 
 
