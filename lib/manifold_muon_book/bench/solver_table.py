@@ -758,9 +758,9 @@ def run_to_run(out_dir: Path, name: str = "solver_table_run_to_run", shapes=None
     """How far the table's ratio of a lean row moves from one run to the next: ``lean_ratios`` (the table's timing
     protocol, ``TIMING``) in ``runs`` fresh Python processes one after the other, each timing every (shape,
     manifold). Per row: every run's ratio, their median, range and quartiles, and in how many runs it is above the
-    row's target (``target``). Why: the table judges each ratio on one run, and at width 128 two runs of the same
-    library have read 2.56 and 2.78 at 384 x 128 Stiefel (chapter 04); a row whose runs fall on both sides of its
-    target has no reproducible verdict from one run. A benchmark: it measures and reports, it judges nothing. Runs
+    row's target (``target``). Why: the table judges each ratio on one run, and at width 128 a run's reading moves by
+    more than the few per cent a change to the step is measured at in one process (``against_commit``); a row whose
+    runs fall on both sides of its target has no reproducible verdict from one run (chapter 04, ``sec-run-to-run``). A benchmark: it measures and reports, it judges nothing. Runs
     back to back on one machine: the spread between machines or days can only be larger. Default shapes:
     ``RUN_TO_RUN_SHAPES``."""
     import json
