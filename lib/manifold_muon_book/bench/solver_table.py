@@ -733,6 +733,17 @@ def against_commit(out_dir: Path, base: str, name: str = "solver_table_against_b
     return write_result(out_dir, name, dict(rows=rows), params, sw.seconds)
 
 
+def _paired_row(shape, manifold: str, variant: str, timing: dict, streams: dict) -> dict:
+    """``paired_times`` of one (shape, manifold, variant) of the table, on its start point (``start_point``) and its
+    timing stream (``timing_stream``, seed 0), the stream made once per shape and kept in ``streams`` (the same
+    momenta for every row of a shape): what ``retime`` and ``lean_ratios`` time."""
+    opt = OPTIMIZERS.get(variant, ManifoldMuon)
+    make = lambda p: opt(p, momentum=0.0, nesterov=False, manifold=manifold, **VARIANTS[variant])  # noqa: E731
+    if shape not in streams:
+        streams[shape] = timing_stream(shape, 0, timing["warmup"] + timing["max_rounds"])
+    return paired_times(make, start_point(shape, manifold), streams[shape], **timing)
+
+
 RUN_TO_RUN_SHAPES = CPU_SHAPES + [(384, 128)]  # the width-128 weights, where the table's misses of the ratio are
 
 
@@ -740,17 +751,10 @@ def lean_ratios(shapes, manifolds, timing=None) -> list[dict]:
     """One run of the table's timing of its ``lean`` rows (``paired_times`` on ``timing_stream``, seed 0, from
     ``start_point``; ``TIMING`` with ``timing`` over it), on one thread, nothing else: a row per (shape, manifold)
     with the ratio, its quartiles and both medians. ``run_to_run`` calls it in fresh processes."""
-    timing = dict(TIMING, **(timing or {}))
-    rows = []
+    timing, streams = dict(TIMING, **(timing or {})), {}
     with one_cpu_thread():
-        for shape in shapes:
-            timed = timing_stream(shape, 0, timing["warmup"] + timing["max_rounds"])
-            for manifold in manifolds:
-                make = lambda p, m=manifold: ManifoldMuon(p, momentum=0.0, nesterov=False, manifold=m,  # noqa: E731
-                                                          **VARIANTS["lean"])
-                rows.append(dict(shape=list(shape), manifold=manifold,
-                                 **paired_times(make, start_point(shape, manifold), timed, **timing)))
-    return rows
+        return [dict(shape=list(shape), manifold=manifold, **_paired_row(shape, manifold, "lean", timing, streams))
+                for shape in shapes for manifold in manifolds]
 
 
 def run_to_run(out_dir: Path, name: str = "solver_table_run_to_run", shapes=None, manifolds=MANIFOLDS, runs: int = 8,
@@ -844,11 +848,7 @@ def retime(out_dir: Path, table: str = "solver_table", name: str = "solver_table
     with one_cpu_thread(), Stopwatch() as sw:
         for r in todo:
             shape, manifold, variant = tuple(r["shape"]), r["manifold"], r["variant"]
-            opt = OPTIMIZERS.get(variant, ManifoldMuon)
-            make = lambda p: opt(p, momentum=0.0, nesterov=False, manifold=manifold, **VARIANTS[variant])  # noqa: E731
-            if shape not in streams:  # the same momenta for every row of a shape, made once
-                streams[shape] = timing_stream(shape, 0, timing["warmup"] + timing["max_rounds"])
-            t = paired_times(make, start_point(shape, manifold), streams[shape], **timing)
+            t = _paired_row(shape, manifold, variant, timing, streams)
             rows.append(dict(shape=list(shape), manifold=manifold, variant=variant, timing_only=True, **t,
                              ratio_before=r["ratio"]))
             print(f"{str(shape):12s} {manifold:12s} {variant:12s} {t['ratio']:6.2f}x Muon "
