@@ -7,7 +7,7 @@ import torch
 from torch.profiler import ProfilerActivity, profile
 
 from manifold_muon.manifolds import get_manifold
-from manifold_muon.opcount import CHECKED_READS, OpCounter
+from manifold_muon.opcount import CHECKED_READS, KernelCounter, OpCounter
 from manifold_muon.optim import FSO, MACRO, SSO, ManifoldMuon, Muon, MuonH
 
 
@@ -95,3 +95,38 @@ def test_counter_sees_every_host_read_of_a_step(label, manifold, make):
         with OpCounter(big=12) as ops:
             reads = profiled_reads(opt.step)
         assert ops.counts["sync"] == reads, (label, dict(ops.counts))
+
+
+def test_kernel_counter_counts_operations_that_do_work_and_no_views_allocations_or_reads():
+    a, b = torch.ones(4, 3), torch.ones(3, 3)
+    with KernelCounter() as k:
+        c = a @ b                       # one product
+        c.mT, c.view(-1), c[0], c.unsqueeze(0)  # views: metadata only
+        e = torch.where(c > 0, c, 0)    # a comparison and a select (the 0 is made on the host)
+        torch.empty(3)                  # an allocation
+        float(e.sum())                  # a reduction, then a host read
+    assert dict(k.counts) == {"aten.mm": 1, "aten.gt": 1, "aten.where": 1, "aten.sum": 1}
+    assert k.total == 4
+
+
+def test_kernel_counter_changes_no_step_and_sees_the_lean_step_launch_more_than_muons():
+    g = torch.Generator().manual_seed(3)
+    M = get_manifold("stiefel")
+    W0 = M.random_point((24, 8), generator=g)
+    G = torch.randn(24, 8, generator=g)
+    totals = {}
+    for name, make in (("lean", lambda p: ManifoldMuon(p, manifold="stiefel", inner="lean")), ("muon", Muon)):
+        stepped = []
+        for counted in (False, True):
+            p = torch.nn.Parameter(W0.clone())
+            opt = make([p])
+            p.grad = G.clone()
+            if counted:
+                with KernelCounter() as k:
+                    opt.step()
+                totals[name] = k.total
+            else:
+                opt.step()
+            stepped.append(p.detach().clone())
+        assert torch.equal(*stepped)
+    assert totals["lean"] > 2 * totals["muon"] > 0

@@ -255,3 +255,26 @@ def test_low_rank_refuses_bad_input_first():
     for kw in (dict(shape=(16, 1)), dict(shape=(16, 8), rank=0), dict(shape=(16, 8), steps=4, skip=4)):
         with pytest.raises(ValueError, match="low_rank_gaps"):
             low_rank_gaps(**kw)
+
+
+def test_current_refuses_bad_input_first(tmp_path):
+    with pytest.raises(ValueError, match="manifold"):
+        step_budget.current(tmp_path, weights=[((24, 8), "sphere")])
+    with pytest.raises(ValueError, match="kernel_shapes"):
+        step_budget.current(tmp_path, weights=[((24, 8), "dgram")], kernel_shapes=[(24, 1)])
+    with pytest.raises(ValueError, match="repeats"):
+        step_budget.current(tmp_path, weights=[((24, 8), "dgram")], repeats=0)
+    assert not list(tmp_path.iterdir())
+
+
+def test_current_budgets_every_weight_each_repeat_and_counts_kernels(tmp_path):
+    weights = [((24, 8), "stiefel"), ((8, 8), "dgram")]
+    out = step_budget.current(tmp_path, weights=weights, repeats=2, kernel_shapes=[(8, 20)], rounds=3, timed=2)
+    assert (tmp_path / "step_budget_current.json").exists()
+    assert [(tuple(r["shape"]), r["manifold"], r["repeat"]) for r in out["rows"]] == [
+        (s, m, rep) for rep in range(2) for s, m in weights]
+    assert all(r["lean_kernels"] > r["muon_kernels"] > 0 for r in out["rows"])
+    assert [(k["shape"], k["manifold"]) for k in out["kernels"]] == [([8, 20], m) for m in ("stiefel", "dgram",
+                                                                                           "gram_oblique")]
+    for k in out["kernels"]:
+        assert sum(k["lean_kernels_by_op"].values()) == k["lean_kernels"] > k["muon_kernels"] > 0

@@ -24,6 +24,22 @@ checks that the counter's total equals the profiler's for whole optimizer steps.
 as CUDA (one code path for both in ``BatchLinearAlgebra.cpp``); that CUDA reads as many was not measured here.
 
 It is a ``TorchFunctionMode``: it sees every torch call made in Python while it is active and changes none.
+
+``KernelCounter`` counts what the counts above leave out: the operations of an eager step that do work on the
+device, each at least one kernel launch on a GPU (the elementwise operations, reductions, copies and fills
+between the products and the decompositions). On a GPU, an eager step whose products are small costs about its
+launches times the launch latency, whatever their size; ``torch.compile`` or a CUDA graph removes that cost.
+
+    with KernelCounter() as kernels:
+        opt.step()
+    kernels.total, kernels.counts  # operations that launch, and by aten operator
+
+It is a ``TorchDispatchMode`` (it sees the aten operations that torch's Python functions become). Not counted:
+views (``OpOverload.is_view``, and ``_unsafe_view``), which only make new metadata; ``empty`` and ``empty_strided``
+(an allocation, no kernel); ``scalar_tensor`` (the wrapped Python number of ``torch.where(c, x, 0)``, made on the
+host); ``_local_scalar_dense`` (a host read, which ``OpCounter`` counts as ``sync``); the profiler's records.
+Everything else counts once, so the total is a lower bound: an eigendecomposition, for one, launches many kernels
+of its own.
 """
 
 from __future__ import annotations
@@ -32,8 +48,9 @@ from collections import Counter
 
 import torch
 from torch.overrides import TorchFunctionMode
+from torch.utils._python_dispatch import TorchDispatchMode
 
-__all__ = ["OpCounter", "CHECKED_READS"]
+__all__ = ["OpCounter", "KernelCounter", "CHECKED_READS"]
 
 _MATMUL = {torch.matmul, torch.Tensor.__matmul__, torch.Tensor.__rmatmul__, torch.mm, torch.bmm, torch.addmm,
            torch.baddbmm, torch.Tensor.matmul, torch.Tensor.mm, torch.Tensor.bmm}
@@ -82,3 +99,25 @@ class OpCounter(TorchFunctionMode):
             self.counts["sync"] += reads
             self.counts["sync_checked"] += reads
         return func(*args, **kwargs)
+
+
+_NO_KERNEL = {"aten._unsafe_view", "aten.empty", "aten.empty_strided", "aten.scalar_tensor", "aten._local_scalar_dense"}
+
+
+class KernelCounter(TorchDispatchMode):
+    """Operations that launch device work while active (module docstring): ``total`` and ``counts`` by aten operator
+    (``str`` of its overload packet, e.g. "aten.mul")."""
+
+    def __init__(self):
+        super().__init__()
+        self.counts = Counter()
+
+    @property
+    def total(self) -> int:
+        return sum(self.counts.values())
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        name = str(func.overloadpacket)
+        if not (func.is_view or func.namespace != "aten" or name in _NO_KERNEL):
+            self.counts[name] += 1
+        return func(*args, **(kwargs or {}))

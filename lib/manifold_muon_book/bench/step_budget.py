@@ -99,7 +99,7 @@ import torch
 
 from torch.overrides import TorchFunctionMode
 
-from manifold_muon.opcount import _DECOMP, _MATMUL
+from manifold_muon.opcount import _DECOMP, _MATMUL, KernelCounter
 from manifold_muon.optim import ManifoldMuon
 import manifold_muon.optim.inner_solvers as inner_solvers
 from manifold_muon.optim.inner_solvers import Span, _sym, eig_sqrt, factor, feasible, inv_sqrt, newton_direction
@@ -306,7 +306,84 @@ def budget(shape, manifold: str, rounds: int, timed: int, warmup: int = 4, seed:
     p = row["lean_bins"]
     row["floor_ms"] = p["eigendecompositions"] + p["n x n products"] + p["m x n products"]
     row["floor_ratio"] = row["floor_ms"] / row["muon_ms"]
+    for name, (W, opt) in arms.items():  # one more step of each, its operations counted (``KernelCounter``)
+        W.grad = rest[-1].clone()
+        with KernelCounter() as kernels:
+            opt.step()
+        row[f"{name}_kernels"] = kernels.total
     return row
+
+
+def kernel_counts(shape, manifold: str, steps: int = 3, seed: int = 0) -> dict:
+    """The operations that launch device work (``KernelCounter``) in one step of the lean step and of Muon's float32
+    step, each on its own copy of the table's start point, counted at the ``steps``-th momentum of the table's
+    timing stream (after the first steps, so a tracking solve counts its tracked step, not its start)."""
+    from .solver_table import at_lr0, muon_fp32, start_point, timing_stream
+
+    W0 = start_point(shape, manifold, seed).float().cpu()
+    grads = [G.cpu() for G in timing_stream(shape, seed, steps)]
+    lean = lambda p: ManifoldMuon(p, momentum=0.0, nesterov=False, manifold=manifold, inner="lean")  # noqa: E731
+    row = dict(shape=list(shape), manifold=manifold, steps=steps)
+    for name, make in (("lean", lean), ("muon", muon_fp32)):
+        W, opt = at_lr0(make, W0)
+        for G in grads[:-1]:
+            W.grad = G.clone()
+            opt.step()
+        W.grad = grads[-1].clone()
+        with KernelCounter() as kernels:
+            opt.step()
+        row[f"{name}_kernels"] = kernels.total
+        row[f"{name}_kernels_by_op"] = dict(kernels.counts.most_common())
+    return row
+
+
+CURRENT_WEIGHTS = tuple(((m, n), manifold) for m, n in ((128, 128), (128, 512), (512, 128), (384, 128))
+                        for manifold in ("stiefel", "dgram", "gram_oblique"))
+CURRENT_CRITERION = (
+    "per weight, lean's calls against Muon's calls (floor_ms over Muon's n x n and m x n products) in every repeat: "
+    "below the weight's target in every repeat, the gap between the eager ratio and the target is overhead, which "
+    "fusing could close only by removing more of the lean step's overhead than of Muon's; at or above it in every "
+    "repeat, only fewer or cheaper calls close it; on both sides, neither is shown (set after a scratch run of "
+    "budget on 384x128, 128x512 and 512x128 Stiefel and 128x128 Oblique and Stiefel, two repeats, 2026-12-08)")
+
+
+def current(out_dir: Path, name: str = "step_budget_current", weights=CURRENT_WEIGHTS, repeats: int = 3,
+            kernel_shapes=None, rounds: int = 30, timed: int = 10) -> dict:
+    """``budget`` with today's library at every width-128 weight of the table (``CURRENT_WEIGHTS``: the part
+    ``step_budget`` measured the lean step of 2026-12-06, on DGram and square Stiefel only; rectangular Stiefel's
+    default has changed since), ``repeats`` times each, read by ``CURRENT_CRITERION``; and ``kernel_counts`` at
+    GPT-2 small's shapes on each manifold (``kernel_shapes``, default ``GPT2_SHAPES``). Refused before any work
+    unless every weight names a Gram manifold and every side is >= 2, and repeats is an int >= 1."""
+    from .common import GPT2_SHAPES
+    from .solver_table import MANIFOLDS
+
+    weights = [(tuple(s), m) for s, m in weights]
+    kernel_shapes = [tuple(s) for s in (GPT2_SHAPES if kernel_shapes is None else kernel_shapes)]
+    bad = [(s, m) for s, m in weights if len(s) != 2 or min(s) < 2 or m not in MANIFOLDS]
+    bad += [s for s in kernel_shapes if len(s) != 2 or min(s) < 2]
+    if bad:
+        raise ValueError(f"step_budget.current: weights are ((m, n), manifold) with m, n >= 2 and a manifold of "
+                         f"{', '.join(MANIFOLDS)}, kernel_shapes (m, n) with m, n >= 2; got {bad}")
+    if not (isinstance(repeats, int) and repeats >= 1):
+        raise ValueError(f"step_budget.current: repeats is an int >= 1, got {repeats!r}")
+    t0 = time.perf_counter()
+    with one_cpu_thread():
+        rows = []
+        for rep, (s, m) in ((rep, w) for rep in range(repeats) for w in weights):
+            r = dict(budget(s, m, rounds, timed), repeat=rep)
+            rows.append(r)
+            calls = r["muon_bins"]["n x n products"] + r["muon_bins"]["m x n products"]
+            print(f"{str(s):12s} {m:12s} [{rep}] {r['ratio']:.2f}x Muon eager; calls against calls "
+                  f"{r['floor_ms'] / calls:.2f}; kernels {r['lean_kernels']} against {r['muon_kernels']}", flush=True)
+        kernels = []
+        for s in kernel_shapes:
+            for m in MANIFOLDS:
+                kernels.append(kernel_counts(s, m))
+                k = kernels[-1]
+                print(f"{str(s):12s} {m:12s} kernels {k['lean_kernels']} against {k['muon_kernels']}", flush=True)
+    params = dict(weights=[[list(s), m] for s, m in weights], repeats=repeats, rounds=rounds, timed=timed,
+                  kernel_shapes=[list(s) for s in kernel_shapes], criterion=CURRENT_CRITERION)
+    return write_result(out_dir, name, dict(rows=rows, kernels=kernels), params, time.perf_counter() - t0)
 
 
 def one_eigh(shape, manifold: str, seed: int, arms=tuple(ARMS), timing=None) -> dict:
