@@ -15,6 +15,10 @@ operation at all could not be cheaper than that with these calls. Why not ``torc
 ``record_shapes`` it made the 128 x 128 DGram step five times slower, most of it charged to the small operations
 (2026-12-06), so its shares said more about the profiler than about the step.
 
+``current`` (added 2026-12-08): ``budget`` again with today's library at every width-128 weight of the table, read by
+``CURRENT_CRITERION``, and each step's operations that launch device work (``manifold_muon.opcount.KernelCounter``:
+``budget``'s rows carry ``lean_kernels`` and ``muon_kernels``; ``kernel_counts`` at GPT-2 small's shapes).
+
 ``one_eigh``: the Newton tracker (the lean default on rectangular DGram; ``tracker="newton"`` on Stiefel) against
 a prototype that needs one eigendecomposition a step instead of two, the idea the last closing note on issue 19
 (stop 46) named next. The prototype (``lagged_newton_track``, swapped in for ``inner_solvers.newton_track`` inside this
@@ -306,12 +310,18 @@ def budget(shape, manifold: str, rounds: int, timed: int, warmup: int = 4, seed:
     p = row["lean_bins"]
     row["floor_ms"] = p["eigendecompositions"] + p["n x n products"] + p["m x n products"]
     row["floor_ratio"] = row["floor_ms"] / row["muon_ms"]
-    for name, (W, opt) in arms.items():  # one more step of each, its operations counted (``KernelCounter``)
-        W.grad = rest[-1].clone()
-        with KernelCounter() as kernels:
-            opt.step()
-        row[f"{name}_kernels"] = kernels.total
+    for name, (W, opt) in arms.items():  # one more step of each, its operations counted
+        row[f"{name}_kernels"] = counted_step(W, opt, rest[-1]).total
     return row
+
+
+def counted_step(W, opt, G) -> KernelCounter:
+    """One step of ``opt`` on its weight ``W`` with gradient ``G``, its operations that launch device work counted
+    (``KernelCounter``, returned)."""
+    W.grad = G.clone()
+    with KernelCounter() as kernels:
+        opt.step()
+    return kernels
 
 
 def kernel_counts(shape, manifold: str, steps: int = 3, seed: int = 0) -> dict:
@@ -329,9 +339,7 @@ def kernel_counts(shape, manifold: str, steps: int = 3, seed: int = 0) -> dict:
         for G in grads[:-1]:
             W.grad = G.clone()
             opt.step()
-        W.grad = grads[-1].clone()
-        with KernelCounter() as kernels:
-            opt.step()
+        kernels = counted_step(W, opt, grads[-1])
         row[f"{name}_kernels"] = kernels.total
         row[f"{name}_kernels_by_op"] = dict(kernels.counts.most_common())
     return row
