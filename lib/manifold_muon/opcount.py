@@ -27,8 +27,8 @@ It is a ``TorchFunctionMode``: it sees every torch call made in Python while it 
 
 ``KernelCounter`` counts what the counts above leave out: the operations of an eager step that do work on the
 device, each at least one kernel launch on a GPU (the elementwise operations, reductions, copies and fills
-between the products and the decompositions). On a GPU, an eager step whose products are small costs about its
-launches times the launch latency, whatever their size; ``torch.compile`` or a CUDA graph removes that cost.
+between the products and the decompositions). On a GPU an eager step pays launch latency for each, whatever the
+matrices' size (not measured here); ``torch.compile`` or a CUDA graph removes that cost.
 
     with KernelCounter() as kernels:
         opt.step()
