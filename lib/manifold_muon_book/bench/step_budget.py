@@ -289,13 +289,22 @@ def timed_calls(step, prepare, steps: int, shape) -> dict:
     return {k: v / steps for k, v in timer.ms.items()}
 
 
-def budget(shape, manifold: str, rounds: int, timed: int, warmup: int = 4, seed: int = 0) -> dict:
-    from .solver_table import at_lr0, interleaved_steps, muon_fp32, start_point, timing_stream
+def _lean_and_muon(shape, manifold: str, seed: int, steps: int):
+    """({"lean": (W, opt), "muon": (W, opt)}, momenta): the lean step and Muon's float32 step, each on its own copy of
+    the table's start point at lr 0 (``solver_table.at_lr0``), and the first ``steps`` momenta of the table's timing
+    stream, on the CPU (a GPU call returns before its kernel ends): what ``budget`` and ``kernel_counts`` step."""
+    from .solver_table import at_lr0, muon_fp32, start_point, timing_stream
 
-    W0 = start_point(shape, manifold, seed).float().cpu()  # CPU only: a GPU call returns before its kernel ends
-    grads = [G.cpu() for G in timing_stream(shape, seed, warmup + rounds + timed)]
+    W0 = start_point(shape, manifold, seed).float().cpu()
+    grads = [G.cpu() for G in timing_stream(shape, seed, steps)]
     lean = lambda p: ManifoldMuon(p, momentum=0.0, nesterov=False, manifold=manifold, inner="lean")  # noqa: E731
-    arms = {"lean": at_lr0(lean, W0), "muon": at_lr0(muon_fp32, W0)}
+    return {"lean": at_lr0(lean, W0), "muon": at_lr0(muon_fp32, W0)}, grads
+
+
+def budget(shape, manifold: str, rounds: int, timed: int, warmup: int = 4, seed: int = 0) -> dict:
+    from .solver_table import interleaved_steps
+
+    arms, grads = _lean_and_muon(shape, manifold, seed, warmup + rounds + timed)
     times = dict(zip(arms, interleaved_steps(list(arms.values()), grads, rounds=rounds, warmup=warmup)))
     row = dict(shape=list(shape), manifold=manifold, rounds=rounds, timed_steps=timed,
                lean_ms=1e3 * statistics.median(times["lean"]), muon_ms=1e3 * statistics.median(times["muon"]))
@@ -328,14 +337,9 @@ def kernel_counts(shape, manifold: str, steps: int = 3, seed: int = 0) -> dict:
     """The operations that launch device work (``KernelCounter``) in one step of the lean step and of Muon's float32
     step, each on its own copy of the table's start point, counted at the ``steps``-th momentum of the table's
     timing stream (after the first steps, so a tracking solve counts its tracked step, not its start)."""
-    from .solver_table import at_lr0, muon_fp32, start_point, timing_stream
-
-    W0 = start_point(shape, manifold, seed).float().cpu()
-    grads = [G.cpu() for G in timing_stream(shape, seed, steps)]
-    lean = lambda p: ManifoldMuon(p, momentum=0.0, nesterov=False, manifold=manifold, inner="lean")  # noqa: E731
+    arms, grads = _lean_and_muon(shape, manifold, seed, steps)
     row = dict(shape=list(shape), manifold=manifold, steps=steps)
-    for name, make in (("lean", lean), ("muon", muon_fp32)):
-        W, opt = at_lr0(make, W0)
+    for name, (W, opt) in arms.items():
         for G in grads[:-1]:
             W.grad = G.clone()
             opt.step()
